@@ -1,0 +1,42 @@
+"""lightning-halo: distributed full-graph GNN training for PyTorch Lightning and PyG.
+
+Partition the graph (:class:`HaloDataModule`), exchange halo rows around every
+message-passing layer (:class:`HaloQuantStrategy`), keep the LightningModule ordinary PyG code.
+"""
+
+from lightning.pytorch.strategies import StrategyRegistry
+
+from lightning_halo.callbacks import HaloTrafficLogger
+from lightning_halo.data import GraphValidationError, HaloDataModule, load_graph
+from lightning_halo.exchange import (
+    HaloExchangeError,
+    UnsupportedLayerError,
+    register_layer,
+    supported_layers,
+    unsupported_layers,
+)
+from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
+from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.strategy import HaloQuantStrategy
+
+__version__ = "0.1.0"
+
+# Lightning only scans its own modules; register our names once (a second registration raises).
+HaloQuantStrategy.register_strategies(StrategyRegistry)
+
+__all__ = [
+    "GraphValidationError",
+    "HaloDataModule",
+    "HaloExchangeError",
+    "HaloPartition",
+    "HaloQuantStrategy",
+    "HaloTrafficLogger",
+    "UnsupportedLayerError",
+    "build_halo_partitions",
+    "load_graph",
+    "partition_graph",
+    "partition_stats",
+    "register_layer",
+    "supported_layers",
+    "unsupported_layers",
+]

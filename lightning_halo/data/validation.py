@@ -1,0 +1,130 @@
+"""Checks on a user's graph before anything is partitioned: fail early, name the fix."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+REQUIRED_MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+class GraphValidationError(ValueError):
+    """The input graph cannot be partitioned; the message names the problem and the fix."""
+
+
+def validate_graph(data: object, *, source: str = "the graph") -> Data:
+    r"""Check that ``data`` is a node-classification graph lightning-halo can partition.
+
+    Requirements: a :class:`~torch_geometric.data.Data` with a floating ``x`` ``[N, F]``
+    (finite), an integer ``edge_index`` ``[2, E]`` with ids in ``[0, N)``, ``y`` with ``N``
+    rows, and boolean ``train_mask`` / ``val_mask`` / ``test_mask`` of length ``N``.
+    ``edge_index`` is converted to ``int64`` (int32 input would overflow past
+    :math:`2^{31}` edges downstream); nothing else is modified.
+
+    Args:
+        data (object): the candidate graph.
+        source (str, optional): how to name it in error messages (e.g. a file path).
+
+    Returns:
+        The same ``Data`` object.
+
+    Raises:
+        GraphValidationError: naming the first problem found and how to fix it.
+
+    Example:
+        >>> validate_graph(Data(x=torch.ones(2, 1)))  # doctest: +SKIP
+        GraphValidationError: the graph has no `edge_index` ...
+    """
+    if not isinstance(data, Data):
+        raise GraphValidationError(
+            f"{source} is a {type(data).__name__}, not a torch_geometric.data.Data; pass a Data "
+            "(or a path to a file written with torch.save(data, path)). HeteroData is not supported."
+        )
+    x = data.get("x")
+    if not isinstance(x, Tensor):
+        raise GraphValidationError(f"{source} has no node features `x`; set data.x to a float tensor [num_nodes, F].")
+    if x.dim() != 2:
+        raise GraphValidationError(
+            f"{source}: `x` must be 2-D [num_nodes, F], got shape {tuple(x.shape)}; use x.view(-1, 1) for one feature."
+        )
+    if not x.is_floating_point():
+        raise GraphValidationError(f"{source}: `x` must be floating point, got {x.dtype}; use data.x = data.x.float().")
+    num_nodes = x.size(0)
+    if num_nodes == 0:
+        raise GraphValidationError(f"{source} has no nodes (x has 0 rows).")
+    if "num_nodes" in data._store and data._store["num_nodes"] != num_nodes:
+        raise GraphValidationError(
+            f"{source}: data.num_nodes={data._store['num_nodes']} but x has {num_nodes} rows; they must agree."
+        )
+    if not torch.isfinite(x).all():
+        bad = int(torch.nonzero(~torch.isfinite(x))[0, 0])
+        raise GraphValidationError(
+            f"{source}: `x` holds NaN or Inf (first at node {bad}); clean the features "
+            "(e.g. torch.nan_to_num) before training."
+        )
+
+    ei = data.get("edge_index")
+    if not isinstance(ei, Tensor):
+        raise GraphValidationError(
+            f"{source} has no `edge_index`; set data.edge_index to an int64 tensor [2, num_edges] "
+            "(SparseTensor adjacencies are not supported)."
+        )
+    if ei.dim() != 2 or ei.size(0) != 2:
+        raise GraphValidationError(
+            f"{source}: `edge_index` must have shape [2, num_edges], got {tuple(ei.shape)}"
+            + ("; it looks transposed, use edge_index.t().contiguous()." if ei.dim() == 2 and ei.size(1) == 2 else ".")
+        )
+    if ei.dtype.is_floating_point or ei.dtype == torch.bool or ei.dtype.is_complex:
+        raise GraphValidationError(f"{source}: `edge_index` must be an integer tensor, got {ei.dtype}; use .long().")
+    if ei.numel():
+        lo, hi = int(ei.min()), int(ei.max())
+        if lo < 0 or hi >= num_nodes:
+            raise GraphValidationError(
+                f"{source}: `edge_index` refers to node {lo if lo < 0 else hi}, outside [0, {num_nodes}) "
+                f"(num_nodes is taken from x: {num_nodes} rows). Fix the edge list or x."
+            )
+    if ei.dtype != torch.long:
+        data.edge_index = ei.long()
+
+    y = data.get("y")
+    if not isinstance(y, Tensor):
+        raise GraphValidationError(f"{source} has no labels `y`; set data.y to a tensor with {num_nodes} rows.")
+    if y.dim() == 0 or y.size(0) != num_nodes:
+        raise GraphValidationError(
+            f"{source}: `y` has {y.size(0) if y.dim() else 0} rows but there are {num_nodes} nodes; "
+            "node-level labels are required."
+        )
+
+    for key in REQUIRED_MASKS:
+        mask = data.get(key)
+        if not isinstance(mask, Tensor):
+            raise GraphValidationError(
+                f"{source} has no `{key}`; set it to a bool tensor [{num_nodes}] "
+                f"(an empty split is fine: torch.zeros({num_nodes}, dtype=torch.bool))."
+            )
+        if mask.dtype != torch.bool:
+            raise GraphValidationError(
+                f"{source}: `{key}` must be a bool mask, got {mask.dtype}; for an index tensor use "
+                f"torch_geometric.utils.index_to_mask({key}, size={num_nodes})."
+            )
+        if mask.dim() != 1 or mask.size(0) != num_nodes:
+            hint = (
+                f"; it holds several splits, pick one, e.g. data.{key} = data.{key}[:, 0]."
+                if mask.dim() == 2 and mask.size(0) == num_nodes
+                else "."
+            )
+            raise GraphValidationError(
+                f"{source}: `{key}` has shape {tuple(mask.shape)} but must be [{num_nodes}] (one entry per node){hint}"
+            )
+    return data
+
+
+def infer_num_classes(y: Tensor) -> int:
+    """Classes of ``y``: ``max + 1`` for integer labels (``-1`` = unlabelled), columns for 2-D targets."""
+    if y.dim() > 1 and y.size(1) > 1:
+        return int(y.size(1))
+    y = y.view(-1)
+    if y.is_floating_point():
+        y = y[~torch.isnan(y)]
+    return int(y.max()) + 1 if y.numel() else 0

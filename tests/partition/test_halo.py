@@ -1,0 +1,89 @@
+"""build_halo_partitions: halos follow in-edges, plans agree between peers, attributes sliced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
+from tests.support.graphs import awkward_graph, cora
+
+
+def _brute_force_halo(data: Data, parts: torch.Tensor, p: int) -> set[int]:
+    src, dst = data.edge_index
+    return {int(s) for s, t in zip(src, dst) if parts[t] == p and parts[s] != p}
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 3, 4])
+@pytest.mark.parametrize("graph", ["awkward", "cora"])
+def test_partitions_reconstruct_the_graph(graph: str, num_parts: int) -> None:
+    data = awkward_graph(num_parts) if graph == "awkward" else cora()
+    parts = partition_graph(data.edge_index, data.num_nodes, num_parts)
+    result = build_halo_partitions(data, parts, num_parts)
+    assert len(result) == num_parts
+    edges = []
+    owned = []
+    for p, part in enumerate(result):
+        n_in = int(part.n_inner)
+        assert part.x.size(0) == n_in == part.num_nodes == part.y.size(0) == part.train_mask.size(0)
+        assert (part.edge_index[1] < n_in).all(), "targets must be inner nodes"
+        assert (part.edge_index[0] < n_in + int(part.n_halo)).all()
+        gid = part.global_id
+        inner = gid[:n_in]
+        assert torch.equal(inner, torch.sort(inner).values), "inner nodes sorted by global id"
+        assert (parts[inner] == p).all()
+        halo = gid[n_in:]
+        assert set(halo.tolist()) == _brute_force_halo(data, parts, p), "halo = remote sources of in-edges"
+        owners = parts[halo]
+        assert torch.equal(owners, torch.sort(owners, stable=True).values), "halo grouped by owner"
+        assert torch.equal(part.recv_counts, torch.bincount(owners, minlength=num_parts))
+        torch.testing.assert_close(part.x, data.x[inner])
+        assert torch.equal(part.train_mask, data.train_mask[inner])
+        edges.append(torch.stack([gid[part.edge_index[0]], gid[part.edge_index[1]]]))
+        owned.append(inner)
+        if "edge_attr" in data:  # edge attributes travel with their edges
+            glob: dict[tuple, list] = {}
+            for (s, t), row in zip(data.edge_index.t().tolist(), data.edge_attr.tolist()):
+                glob.setdefault((s, t), []).append(row)
+            for (s, t), row in zip(edges[-1].t().tolist(), part.edge_attr.tolist()):
+                assert row in glob[(s, t)]
+    assert sorted(torch.cat(owned).tolist()) == list(range(data.num_nodes))
+    got = torch.cat(edges, dim=1)
+    key = lambda e: torch.sort(e[0] * data.num_nodes + e[1]).values  # noqa: E731
+    assert torch.equal(key(got), key(data.edge_index)), "every edge exactly once, duplicates kept"
+
+
+@pytest.mark.parametrize("num_parts", [2, 3, 4])
+def test_plans_agree_between_peers(num_parts: int) -> None:
+    data = awkward_graph(num_parts)
+    result = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, num_parts), num_parts)
+    for q in result:
+        offset = int(q.n_inner)
+        for owner, count in enumerate(q.recv_counts.tolist()):
+            sender = result[owner]
+            start = int(sender.send_counts[: q.part_id].sum())
+            rows = sender.send_index[start : start + int(sender.send_counts[q.part_id])]
+            assert torch.equal(sender.global_id[rows], q.global_id[offset : offset + count])
+            offset += count
+        assert int(q.send_counts[q.part_id]) == 0 and int(q.recv_counts[q.part_id]) == 0
+
+
+def test_directed_edges_create_one_sided_halo() -> None:
+    # 0 -> 2 only: part 1 (node 2) needs node 0; part 0 needs nothing.
+    data = Data(x=torch.randn(4, 1), edge_index=torch.tensor([[0, 1, 2], [2, 0, 3]]), y=torch.zeros(4, dtype=torch.long))
+    data.train_mask = data.val_mask = data.test_mask = torch.ones(4, dtype=torch.bool)
+    p0, p1 = build_halo_partitions(data, torch.tensor([0, 0, 1, 1]))
+    assert int(p0.n_halo) == 0 and int(p1.n_halo) == 1
+    assert p0.send_index.tolist() == [0] and p0.send_counts.tolist() == [0, 1]
+
+
+def test_stats() -> None:
+    data = cora()
+    parts = partition_graph(data.edge_index, data.num_nodes, 2)
+    stats = partition_stats(build_halo_partitions(data, parts, 2))
+    src, dst = data.edge_index
+    assert stats["edge_cut"] == int((parts[src] != parts[dst]).sum())
+    assert sum(stats["nodes"]) == data.num_nodes and sum(stats["edges"]) == data.num_edges
+    assert stats["halo_rows"] == sum(stats["halo_nodes"]) == sum(stats["send_rows"])
+    assert 1.0 <= stats["balance"] < 1.1

@@ -1,0 +1,143 @@
+"""Plain PyG models used by the parity tests, built identically in every process."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+
+LAYERS = ("gcn", "sage", "gat", "gin")
+
+
+def make_conv(kind: str, d_in: int, d_out: int, last: bool) -> nn.Module:
+    if kind == "gcn":
+        return GCNConv(d_in, d_out)  # normalize=True: needs global degrees
+    if kind == "sage":
+        return SAGEConv(d_in, d_out)
+    if kind == "gat":
+        heads = 1 if last else 2
+        return GATConv(d_in, d_out // heads if not last else d_out, heads=heads)
+    if kind == "gin":
+        return GINConv(nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out)), train_eps=True)
+    raise KeyError(kind)
+
+
+class Net(nn.Module):
+    """``depth`` message-passing layers with ReLU in between (no dropout: parity must be exact)."""
+
+    def __init__(self, kind: str, depth: int, d_in: int, hidden: int, n_cls: int) -> None:
+        super().__init__()
+        dims = [d_in] + [hidden] * (depth - 1) + [n_cls]
+        self.convs = nn.ModuleList(make_conv(kind, dims[i], dims[i + 1], i == depth - 1) for i in range(depth))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr=None) -> torch.Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def build_net(kind: str, depth: int, d_in: int, n_cls: int, hidden: int = 16, seed: int = 0) -> Net:
+    torch.manual_seed(seed)
+    return Net(kind, depth, d_in, hidden, n_cls).double()
+
+
+def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01) -> dict[str, object]:
+    """Single-process plain PyG: logits, loss and gradients at step 0, parameters after ``steps``."""
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    rec: dict[str, object] = {}
+    for step in range(steps):
+        opt.zero_grad()
+        out = net(data.x, data.edge_index, data.get("edge_attr"))
+        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        if step == 0:
+            rec["out0"] = out.detach().clone()
+            rec["loss0"] = float(loss.detach())
+            rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters()}
+        opt.step()
+    rec["params"] = {k: p.detach().clone() for k, p in net.named_parameters()}
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# Every registered layer type: lin_in -> conv -> relu -> conv -> lin_out, so both convs get
+# inputs that need gradients (the backward exchange runs for each).
+
+EDGE_DIM = 3
+
+
+def _mlp(d_in: int, d_out: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
+
+
+def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, bool]:
+    """(layer h->h, takes edge_attr) for every layer in lightning_halo.supported_layers()."""
+    from torch_geometric import nn as gnn
+
+    e = EDGE_DIM
+    table = {
+        "GCNConv": (lambda: gnn.GCNConv(h, h), False),
+        "LGConv": (lambda: gnn.LGConv(), False),
+        "SAGEConv": (lambda: gnn.SAGEConv(h, h), False),
+        "GraphConv": (lambda: gnn.GraphConv(h, h), False),
+        "GATConv": (lambda: gnn.GATConv(h, h // 2, heads=2, edge_dim=e), True),
+        "GATv2Conv": (lambda: gnn.GATv2Conv(h, h // 2, heads=2, edge_dim=e), True),
+        "TransformerConv": (lambda: gnn.TransformerConv(h, h // 2, heads=2, edge_dim=e), True),
+        "GINConv": (lambda: gnn.GINConv(_mlp(h, h), train_eps=True), False),
+        "GINEConv": (lambda: gnn.GINEConv(_mlp(h, h), edge_dim=e), True),
+        "ResGatedGraphConv": (lambda: gnn.ResGatedGraphConv(h, h), False),
+        "LEConv": (lambda: gnn.LEConv(h, h), False),
+        # norm=None: GENConv's default BatchNorm needs Trainer(sync_batchnorm=True), tested separately
+        "GENConv": (lambda: gnn.GENConv(h, h, edge_dim=e, norm=None), True),
+        "FiLMConv": (lambda: gnn.FiLMConv(h, h), False),
+        "GeneralConv": (lambda: gnn.GeneralConv(h, h, in_edge_channels=e, attention=True), True),
+        "SimpleConv": (lambda: gnn.SimpleConv(aggr="mean", combine_root="sum"), False),
+        "NNConv": (lambda: gnn.NNConv(h, h, nn.Linear(e, h * h), aggr="mean"), True),
+        "CGConv": (lambda: gnn.CGConv(h, dim=e), True),
+        "EdgeConv": (lambda: gnn.EdgeConv(_mlp(2 * h, h)), False),
+        "MFConv": (lambda: gnn.MFConv(h, h, max_degree=4), False),
+        "GMMConv": (lambda: gnn.GMMConv(h, h, dim=e, kernel_size=2), True),
+        "ClusterGCNConv": (lambda: gnn.ClusterGCNConv(h, h), False),
+        "PNAConv": (
+            lambda: gnn.PNAConv(h, h, aggregators=["mean", "max", "std"], scalers=["identity", "amplification"], deg=deg),
+            False,
+        ),
+        "AGNNConv": (lambda: gnn.AGNNConv(requires_grad=True), False),
+        "FeaStConv": (lambda: gnn.FeaStConv(h, h, heads=2), False),
+    }
+    make, takes_edge_attr = table[name]
+    return make(), takes_edge_attr
+
+
+class LayerNet(nn.Module):
+    def __init__(self, name: str, d_in: int, n_cls: int, deg: torch.Tensor, hidden: int = 8) -> None:
+        super().__init__()
+        self.lin_in = nn.Linear(d_in, hidden)
+        self.conv1, self.edge_attr = _layer_factory(name, hidden, deg)
+        self.conv2, _ = _layer_factory(name, hidden, deg)
+        self.lin_out = nn.Linear(hidden, n_cls)
+
+    def forward(self, x, edge_index, edge_attr=None):
+        args = (edge_attr,) if self.edge_attr else ()
+        h = self.lin_in(x)
+        h = F.relu(self.conv1(h, edge_index, *args))
+        h = self.conv2(h, edge_index, *args)
+        return self.lin_out(h)
+
+
+def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    deg = torch.bincount(edge_index[1], minlength=num_nodes)
+    return torch.bincount(deg)
+
+
+def build_any(spec: str, data, seed: int = 0) -> nn.Module:
+    """``spec`` is ``kind:depth`` for the four main models or ``layer:<ClassName>``."""
+    a, b = spec.split(":")
+    n_cls = int(data.y.max()) + 1
+    if a == "layer":
+        torch.manual_seed(seed)
+        return LayerNet(b, data.num_features, n_cls, in_degree_histogram(data.edge_index, data.num_nodes)).double()
+    return build_net(a, int(b), data.num_features, n_cls, seed=seed)
