@@ -59,7 +59,7 @@ class HaloQuantStrategy(DDPStrategy):
 
     Args:
         bits (int, optional): bits per value of forward halo rows in training: ``1``, ``2``,
-            ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact). (default: ``32``)
+            ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact). (default: ``1``)
         grad_bits (int, optional): bits of backward halo gradients. (default: ``bits``)
         eval_bits (int, optional): bits for validation/test/predict. (default: ``32``)
         scale_loss (bool, optional): rescale the loss as above; turn off if your
@@ -76,14 +76,15 @@ class HaloQuantStrategy(DDPStrategy):
 
     Example:
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=2)
-        >>> trainer = L.Trainer(strategy="halo_quant", devices=2)  # registered name, bits=32
+        >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=32), devices=2)  # exact
+        >>> trainer = L.Trainer(strategy="halo_quant", devices=2)  # registered name, defaults
     """
 
     strategy_name = "halo_quant"
 
     def __init__(
         self,
-        bits: int = 32,
+        bits: int = 1,
         grad_bits: Optional[int] = None,
         eval_bits: int = 32,
         scale_loss: bool = True,
@@ -301,6 +302,6 @@ class HaloQuantStrategy(DDPStrategy):
                 strategy_registry.register(
                     name,
                     cls,
-                    description=f"lightning-halo full-graph GNN strategy (bits=32, start_method '{start_method}')",
+                    description=f"lightning-halo full-graph GNN strategy (start_method '{start_method}')",
                     start_method=start_method,
                 )

@@ -152,6 +152,7 @@ class HaloDataModule(pl.LightningDataModule):
         self._num_classes: Optional[int] = None
         self.partition: Optional[HaloPartition] = None
         self.stats: Optional[dict[str, Any]] = None
+        self._logged_key: Optional[str] = None
 
     # ------------------------------------------------------------------ graph access
     @property
@@ -249,14 +250,22 @@ class HaloDataModule(pl.LightningDataModule):
 
     @override
     def prepare_data(self) -> None:
-        """Partition and cache (runs on one process per node; other ranks wait)."""
+        """Partition and cache (runs on one process per node while the other ranks wait).
+
+        Errors are not raised here: only this process would stop, leaving its peers waiting in
+        Lightning's next barrier. ``setup`` (run by every rank) meets the same error and raises
+        it everywhere.
+        """
         world_size, _ = self._world()
-        num_parts = self._resolve_num_parts(world_size)
-        cache = self._cache(num_parts)
-        if cache.is_complete():
-            log.info("lightning-halo: reusing cached partition %s", cache.dir)
-            return
-        self._build(cache, num_parts)
+        try:
+            num_parts = self._resolve_num_parts(world_size)
+            cache = self._cache(num_parts)
+            if cache.is_complete():
+                log.info("lightning-halo: reusing cached partition %s", cache.dir)
+                return
+            self._build(cache, num_parts)
+        except Exception as err:  # noqa: BLE001 - re-raised by setup() on every rank
+            log.warning("lightning-halo: partitioning failed in prepare_data (%s); setup() will report it", err)
 
     @override
     def setup(self, stage: str) -> None:
@@ -283,6 +292,9 @@ class HaloDataModule(pl.LightningDataModule):
             self._validated = False
 
     def _log_stats(self, meta: dict[str, Any]) -> None:
+        if self._logged_key == meta["key"]:
+            return  # once per partitioning, not again for validate/test/predict
+        self._logged_key = meta["key"]
         stats = meta["stats"]
         lines = [
             f"lightning-halo partition ({meta['partitioner']}, {stats['num_parts']} parts, cache {self._cache(stats['num_parts']).dir}):",
@@ -313,6 +325,7 @@ class HaloDataModule(pl.LightningDataModule):
             raise RuntimeError("HaloDataModule.setup() has not run; let the Trainer call it (trainer.fit(..., datamodule=dm)).")
         # One batch per epoch is the point of full-graph training; silence Lightning's worker hint.
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
         return DataLoader(_OnePartition(self.partition), batch_size=None, collate_fn=_identity, num_workers=0)
 
     @override

@@ -121,7 +121,7 @@ class HaloExchanger:
 
     Args:
         group: the halo process group (``None`` only for world size 1).
-        bits (int): forward bits for training. (default: ``32``)
+        bits (int): forward bits for training. (default: ``1``)
         grad_bits (int): backward bits. (default: ``bits``)
         eval_bits (int): bits for validation/test/predict. (default: ``32``)
         seed (int): seed of the per-rank stochastic-rounding generator. (default: ``0``)
@@ -132,7 +132,7 @@ class HaloExchanger:
         self,
         group: Any,
         *,
-        bits: int = 32,
+        bits: int = 1,
         grad_bits: Optional[int] = None,
         eval_bits: int = 32,
         seed: int = 0,

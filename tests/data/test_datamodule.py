@@ -89,8 +89,9 @@ def test_corrupt_cache_is_detected_and_rebuilt(tmp_path) -> None:
 
 def test_num_parts_must_equal_world_size(tmp_path) -> None:
     dm = _dm(tmp_path, num_parts=3)
+    dm.prepare_data()  # never raises alone on local rank 0 (peers would wait); setup raises on all ranks
     with pytest.raises(ValueError, match=r"num_parts=3\) but the Trainer runs 2 processes"):
-        dm.prepare_data()
+        dm.setup("fit")
 
 
 def test_num_parts_larger_than_graph(tmp_path) -> None:
@@ -106,7 +107,7 @@ def test_num_parts_larger_than_graph(tmp_path) -> None:
     )
     dm = _dm(tmp_path, tiny, world_size=3)
     with pytest.raises(ValueError, match="exceeds the graph's 2 nodes"):
-        dm.prepare_data()
+        dm.setup("fit")
 
 
 def test_constructor_rejects_bad_arguments() -> None:

@@ -40,7 +40,12 @@ def test_unknown_layer_is_refused_until_registered() -> None:
     with pytest.raises(UnsupportedLayerError, match="register_layer"):
         layer_kind(MyConv())
     register_layer(MyConv, "full")
-    assert layer_kind(MyConv()) == "full"
+    try:
+        assert layer_kind(MyConv()) == "full"
+    finally:
+        from lightning_halo.exchange import layers
+
+        layers._KINDS.pop(MyConv)
 
 
 def test_subclass_is_not_silently_accepted() -> None:

@@ -343,6 +343,17 @@ def test_torch_numba_identical(bits, dtype):
         assert torch.equal(at.data, an.data)
 
 
+def test_fallback_without_numba(monkeypatch):
+    # Simulate a machine without numba: auto mode must use the torch path.
+    monkeypatch.setattr(codec, "_numba_mod", None)
+    monkeypatch.setattr(codec, "_numba_failed", True)
+    assert not numba_available() and get_impl() == "torch"
+    with pytest.raises(RuntimeError):
+        set_impl("numba")
+    x = structured(10, 37)
+    assert dequantize(quantize(x, 4, gen(0))).shape == (10, 37)
+
+
 def test_impl_selection(monkeypatch):
     with pytest.raises(ValueError, match="auto"):
         set_impl("fast")
@@ -446,3 +457,7 @@ def test_torch_path_traceable_by_dynamo():
     assert torch.equal(fn(x, z, inv, base, 4), codec._codes_chunk(x, z, inv, base, 4))
     fn16 = torch.compile(codec._bf16_chunk, backend="aot_eager", dynamic=True, fullgraph=True)
     assert torch.equal(fn16(x, base), codec._bf16_chunk(x, base))
+    q = quantize(x, 4, gen(0))
+    z, s = codec._decode_meta(q.data, 37, 4)
+    fdq = torch.compile(codec._dequant_fn(37, 4), backend="aot_eager", dynamic=True, fullgraph=True)
+    assert torch.equal(fdq(q.data, z, s), dequantize(q))

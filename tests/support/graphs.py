@@ -56,6 +56,8 @@ def awkward_graph(
 def graph_by_name(name: str, world_size: int) -> Data:
     if name == "cora":
         return cora()
+    if name == "cora32":
+        return cora(torch.float32)
     if name == "awkward":
         return awkward_graph(world_size)
     raise KeyError(name)

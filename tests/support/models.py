@@ -28,6 +28,7 @@ class Net(nn.Module):
 
     def __init__(self, kind: str, depth: int, d_in: int, hidden: int, n_cls: int) -> None:
         super().__init__()
+        self.n_cls = n_cls
         dims = [d_in] + [hidden] * (depth - 1) + [n_cls]
         self.convs = nn.ModuleList(make_conv(kind, dims[i], dims[i + 1], i == depth - 1) for i in range(depth))
 
@@ -39,9 +40,11 @@ class Net(nn.Module):
         return x
 
 
-def build_net(kind: str, depth: int, d_in: int, n_cls: int, hidden: int = 16, seed: int = 0) -> Net:
+def build_net(
+    kind: str, depth: int, d_in: int, n_cls: int, hidden: int = 16, seed: int = 0, dtype: torch.dtype = torch.float64
+) -> Net:
     torch.manual_seed(seed)
-    return Net(kind, depth, d_in, hidden, n_cls).double()
+    return Net(kind, depth, d_in, hidden, n_cls).to(dtype)
 
 
 def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01) -> dict[str, object]:
@@ -115,6 +118,7 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, boo
 class LayerNet(nn.Module):
     def __init__(self, name: str, d_in: int, n_cls: int, deg: torch.Tensor, hidden: int = 8) -> None:
         super().__init__()
+        self.n_cls = n_cls
         self.lin_in = nn.Linear(d_in, hidden)
         self.conv1, self.edge_attr = _layer_factory(name, hidden, deg)
         self.conv2, _ = _layer_factory(name, hidden, deg)
@@ -133,11 +137,12 @@ def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tenso
     return torch.bincount(deg)
 
 
-def build_any(spec: str, data, seed: int = 0) -> nn.Module:
-    """``spec`` is ``kind:depth`` for the four main models or ``layer:<ClassName>``."""
+def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
+    """``spec`` is ``kind:depth`` for the four main models or ``layer:<ClassName>``; dtype follows ``data.x``."""
     a, b = spec.split(":")
     n_cls = int(data.y.max()) + 1
     if a == "layer":
         torch.manual_seed(seed)
-        return LayerNet(b, data.num_features, n_cls, in_degree_histogram(data.edge_index, data.num_nodes)).double()
-    return build_net(a, int(b), data.num_features, n_cls, seed=seed)
+        deg = in_degree_histogram(data.edge_index, data.num_nodes)
+        return LayerNet(b, data.num_features, n_cls, deg).to(data.x.dtype)
+    return build_net(a, int(b), data.num_features, n_cls, hidden=hidden, seed=seed, dtype=data.x.dtype)

@@ -26,6 +26,11 @@ class Recorder(L.LightningModule):
         super().__init__()
         self.net = net
         self.rec: dict[str, object] = {}
+        n_cls = int(getattr(net, "n_cls", 0)) or 2
+        from torchmetrics.classification import MulticlassAccuracy
+
+        self.val_acc = MulticlassAccuracy(n_cls, average="micro")
+        self.test_acc = MulticlassAccuracy(n_cls, average="micro")
 
     def training_step(self, batch, _):
         out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
@@ -44,6 +49,22 @@ class Recorder(L.LightningModule):
     def on_train_end(self):
         self.rec["params"] = {k: p.detach().clone() for k, p in self.net.named_parameters()}
 
+    # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
+    def _eval(self, batch, mask, metric, name):
+        out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
+        metric(out[mask], batch.y[mask])
+        self.log(name, metric, batch_size=1)
+
+    def validation_step(self, batch, _):
+        self._eval(batch, batch.val_mask, self.val_acc, "val_acc")
+
+    def test_step(self, batch, _):
+        self._eval(batch, batch.test_mask, self.test_acc, "test_acc")
+
+    def predict_step(self, batch, _):
+        out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
+        return batch.inner_global_id, out
+
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=0.01)
 
@@ -54,6 +75,8 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -61,7 +84,7 @@ def main() -> None:
     for config in args.configs:
         kind, depth, graph = config.split(":")
         data = graph_by_name(graph, world_size)
-        net = build_any(f"{kind}:{depth}", data)
+        net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
         module = Recorder(net)
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
         trainer = L.Trainer(
@@ -77,6 +100,24 @@ def main() -> None:
             logger=False,
         )
         trainer.fit(module, datamodule=dm)
+        ex = trainer.strategy.exchanger
+        module.rec["meter_total"] = dict(ex.meter.total)
+        module.rec["meter_total_fp32"] = dict(ex.meter.total_fp32)
+        module.rec["plan"] = {"num_send": ex.plan.num_send, "n_halo": ex.plan.n_halo}
+        module.rec["logged"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("halo/")}
+        if args.eval:
+            ev = L.Trainer(
+                strategy=HaloQuantStrategy(),
+                accelerator="cpu",
+                devices=world_size,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                logger=False,
+            )
+            module.rec["val_acc"] = float(ev.validate(module, datamodule=dm, verbose=False)[0]["val_acc"])
+            module.rec["test_acc"] = float(ev.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
+            preds = ev.predict(module, datamodule=dm)
+            module.rec["predict"] = preds[0]
         target = Path(args.out) / config.replace(":", "_")
         target.mkdir(parents=True, exist_ok=True)
         torch.save(module.rec, target / f"rank{rank}.pt")
