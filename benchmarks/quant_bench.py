@@ -69,6 +69,7 @@ def _machine_info(threads: int) -> dict:
 
         info["numba"] = numba.__version__
         info["numba_threads"] = numba.get_num_threads()
+        info["numba_kernels"] = "serial (one thread per call, nogil)"
     except ImportError:
         pass
     try:
@@ -185,11 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     a.repeats = max(3, a.repeats)
 
     torch.set_num_threads(a.threads)
-    os.environ.setdefault("NUMBA_NUM_THREADS", str(a.threads))
     impls = ["torch", "numba"] if a.impl == "both" else [a.impl]
     if "numba" in impls and not codec.numba_available():
         print("numba not importable: benchmarking the torch path only", file=sys.stderr)
         impls = [i for i in impls if i != "numba"]
+    if codec.numba_available():
+        import numba
+
+        # The codec kernels are serial anyway (no prange); pin numba's pool too.
+        numba.set_num_threads(max(1, min(a.threads, numba.config.NUMBA_NUM_THREADS)))
     info = _machine_info(a.threads)
     print(json.dumps(info))
     print("GB/s of fp32 input bytes; x = ratio to copy_ (same run); q(out)/dq(out): pre-allocated output")

@@ -6,7 +6,7 @@ message-passing layer (:class:`HaloQuantStrategy`), keep the LightningModule ord
 
 from lightning.pytorch.strategies import StrategyRegistry
 
-from lightning_halo.callbacks import HaloTrafficLogger
+from lightning_halo.callbacks import HaloSchedule, HaloStateCallback, HaloTrafficLogger
 from lightning_halo.data import GraphValidationError, HaloDataModule, load_graph
 from lightning_halo.exchange import (
     HaloExchangeError,
@@ -30,6 +30,8 @@ __all__ = [
     "HaloExchangeError",
     "HaloPartition",
     "HaloQuantStrategy",
+    "HaloSchedule",
+    "HaloStateCallback",
     "HaloTrafficLogger",
     "UnsupportedLayerError",
     "build_halo_partitions",

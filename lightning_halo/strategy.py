@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from datetime import timedelta
 from typing import Any, Literal, Optional
@@ -145,15 +146,29 @@ class HaloQuantStrategy(DDPStrategy):
                 backend=self._get_process_group_backend(), timeout=timedelta(seconds=self.halo_timeout)
             )
         self.exchanger.group = self._halo_group
+        module = self.lightning_module
+        if module is not None and module._trainer is not None:
+            self._add_callbacks(module.trainer)
+
+    def _add_callbacks(self, trainer: pl.Trainer) -> None:
+        """Traffic logging and checkpoint state are part of the strategy, not user options.
+
+        Added here, before Lightning restores callback states from a checkpoint.
+        """
+        from lightning_halo.callbacks import HaloStateCallback, HaloTrafficLogger
+
+        if not any(isinstance(cb, HaloTrafficLogger) for cb in trainer.callbacks):
+            trainer.callbacks.append(HaloTrafficLogger())
+        state = next((cb for cb in trainer.callbacks if isinstance(cb, HaloStateCallback)), None)
+        if state is None:
+            state = HaloStateCallback()
+            trainer.callbacks.append(state)
+        state.attach(self.exchanger, self.global_rank, self.world_size)
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         self._install_hooks()
-        from lightning_halo.callbacks.traffic import HaloTrafficLogger
-
-        if not any(isinstance(cb, HaloTrafficLogger) for cb in trainer.callbacks):
-            trainer.callbacks.append(HaloTrafficLogger())
 
     def _install_hooks(self) -> None:
         self._remove_hooks()
@@ -293,6 +308,10 @@ class HaloQuantStrategy(DDPStrategy):
             dist.destroy_process_group(self._halo_group)
             self._halo_group = self.exchanger.group = None
         super().teardown()
+        # gloo's worker threads destroy finished collectives (releasing Python tensors) after the
+        # waiting caller returned; they need the GIL for that. Yield it briefly so none is still
+        # pending if the script exits right after fit (an interpreter shutting down aborts them).
+        time.sleep(0.05)
 
     @classmethod
     @override

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
@@ -37,6 +38,7 @@ class HaloTrafficLogger(Callback):
 
     def __init__(self) -> None:
         self.summary: dict[str, Any] = {}
+        self._reduced: tuple[torch.Tensor, ...] = ()
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -87,12 +89,16 @@ class HaloTrafficLogger(Callback):
             [[ex.meter.total[k], ex.meter.total_fp32[k]] for k in keys] + [[ex.meter.total_wait_s, 0.0]],
             dtype=torch.float64,
         )
+        sums, waits = local[:-1].clone(), local[-1:, :1].clone()
         if trainer.world_size > 1:
-            # every rank hooked the same layers, so the key lists agree; sum bytes, take the max wait
-            sums = trainer.strategy.reduce(local[:-1].to(trainer.strategy.root_device), reduce_op="sum").cpu()
-            waits = trainer.strategy.reduce(local[-1:, :1].to(trainer.strategy.root_device), reduce_op="max").cpu()
-        else:
-            sums, waits = local[:-1], local[-1:, :1]
+            # Every rank hooked the same layers, so the key lists agree: sum bytes, take the max wait.
+            # The callback keeps the tensors: if gloo's worker thread dropped the last reference, it
+            # would need the GIL, and this may be the last collective before interpreter exit.
+            device = trainer.strategy.root_device
+            self._reduced = (sums.to(device), waits.to(device))
+            dist.all_reduce(self._reduced[0], op=dist.ReduceOp.SUM)
+            dist.all_reduce(self._reduced[1], op=dist.ReduceOp.MAX)
+            sums, waits = self._reduced[0].cpu(), self._reduced[1].cpu()
         rows = {f"{layer}/{direction}": (float(s[0]), float(s[1])) for (layer, direction), s in zip(keys, sums)}
         sent = sum(v[0] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))
         fp32 = sum(v[1] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))

@@ -66,6 +66,7 @@ class _Pending:
 
     work: Any
     recv: Tensor
+    send: Tensor  # kept alive until the collective completes (NCCL reads it asynchronously)
     rows: int
     d: int
     bits: int
@@ -147,7 +148,9 @@ class HaloExchanger:
         self.plan: Optional[ExchangePlan] = None
         self.part: Optional[HaloPartition] = None
         self.meter = TrafficMeter()
+        # Separate streams: how often you validate must not change the training codes.
         self.generator = torch.Generator()
+        self.eval_generator = torch.Generator()
         self.mode: StepMode = "sync"
         self.smoothing = 0.0
         self.training = False
@@ -155,6 +158,8 @@ class HaloExchanger:
         self.slots: list[_Slot] = []
         self._call_index = 0
         self._anchors: list[Tensor] = []
+        self._restored: Optional[dict[str, Any]] = None
+        self._seeded = False
         self._input_cache: dict[int, tuple[Tensor, int, Tensor]] = {}
         #: Per-partition memo for layer adapters (e.g. globally normalised GCN edge weights).
         self.aux_cache: dict[Any, Any] = {}
@@ -170,7 +175,12 @@ class HaloExchanger:
             return False
         self.part = part
         self.plan = ExchangePlan.from_partition(part)
-        self.generator.manual_seed((self.seed * 1_000_003 + self.plan.rank) & 0x7FFF_FFFF_FFFF_FFFF)
+        if not self._seeded:  # once per exchanger (or never, when restored from a checkpoint)
+            base = self.seed * 1_000_003 + self.plan.rank
+            self.generator.manual_seed(base & 0x7FFF_FFFF_FFFF_FFFF)
+            self.eval_generator.manual_seed((base + 7919) & 0x7FFF_FFFF_FFFF_FFFF)
+            self._seeded = True
+        self._apply_restored()
         self._input_cache.clear()
         self.aux_cache.clear()
         return True
@@ -246,6 +256,71 @@ class HaloExchanger:
             if slot.bwd_pending is not None:
                 self._land_bwd(slot)
 
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's exchange state (stale rows, pending gradients, generator), on CPU.
+
+        In-flight exchanges are waited for first, so the state is that of the end of the epoch.
+        """
+        self.flush()
+        return {
+            "generator": self.generator.get_state(),
+            "slots": [
+                {
+                    "layer": s.layer,
+                    "d": s.d,
+                    "dtype": str(s.dtype).replace("torch.", ""),
+                    "halo": None if s.halo is None else s.halo.detach().cpu(),
+                    "grad": None if s.grad is None else s.grad.detach().cpu(),
+                    "fresh_epoch": s.fresh_epoch,
+                }
+                for s in self.slots
+            ],
+            "meter_total": dict(self.meter.total),
+            "meter_total_fp32": dict(self.meter.total_fp32),
+            "rank": None if self.plan is None else self.plan.rank,
+            "n_halo": None if self.plan is None else self.plan.n_halo,
+            "num_send": None if self.plan is None else self.plan.num_send,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; slots are moved to the device at the next :meth:`bind`."""
+        self._restored = state
+        if not self._seeded:
+            base = self.seed * 1_000_003 + int(state.get("rank") or 0)
+            self.eval_generator.manual_seed((base + 7919) & 0x7FFF_FFFF_FFFF_FFFF)
+        self.generator.set_state(state["generator"])
+        self._seeded = True
+        self.meter.total.update(state.get("meter_total", {}))
+        self.meter.total_fp32.update(state.get("meter_total_fp32", {}))
+        self.part = None  # force a re-bind, which applies the slots
+        if self.plan is not None:
+            self._apply_restored()
+
+    def _apply_restored(self) -> None:
+        state, self._restored = self._restored, None
+        if state is None:
+            return
+        plan = self._require_plan()
+        if state.get("n_halo") is not None and (state["n_halo"], state["num_send"]) != (plan.n_halo, plan.num_send):
+            raise HaloExchangeError(
+                f"rank {plan.rank}: the checkpoint's halo state belongs to a different partition "
+                f"({state['n_halo']} halo rows, {state['num_send']} sent rows; this partition has {plan.n_halo} and "
+                f"{plan.num_send}). Resume with the same graph, partitioner settings and number of processes."
+            )
+        device = plan.send_index.device
+        self.slots = [
+            _Slot(
+                layer=s["layer"],
+                d=s["d"],
+                dtype=getattr(torch, s["dtype"]),
+                halo=None if s["halo"] is None else s["halo"].to(device),
+                grad=None if s["grad"] is None else s["grad"].to(device),
+                fresh_epoch=s["fresh_epoch"],
+            )
+            for s in state["slots"]
+        ]
+
     # ------------------------------------------------------------------ autograd bodies
     def _forward_rows(self, x_inner: Tensor, call: _Call) -> Tensor:
         plan = self._require_plan()
@@ -253,6 +328,8 @@ class HaloExchanger:
         if not call.training:
             return self._exchange_sync(send, self.eval_bits, call.layer, "eval", forward=True)
         slot = self._slot(call, x_inner)
+        if call.mode != "stale" and slot.fwd_pending is not None:
+            self._land_fwd(slot)  # a pipelined epoch's rows, superseded by this epoch's
         if call.mode == "reuse" and slot.halo is not None:
             return slot.halo.clone()
         if call.mode == "stale" and (slot.halo is not None or slot.fwd_pending is not None):
@@ -269,6 +346,8 @@ class HaloExchanger:
     def _backward_rows(self, grad_halo: Tensor, call: _Call) -> Tensor:
         plan = self._require_plan()
         slot = self.slots[call.slot] if call.slot is not None else None
+        if slot is not None and call.mode != "stale" and slot.bwd_pending is not None:
+            self._land_bwd(slot)
         if call.mode == "reuse":
             recv = None  # between periodic refreshes no gradient crosses partitions
         elif call.mode == "stale" and slot is not None:
@@ -337,7 +416,8 @@ class HaloExchanger:
             return rows.contiguous(), 1
         from lightning_halo.quant import quantize
 
-        q = quantize(rows, bits, self.generator, where=where)
+        gen = self.generator if direction in ("fwd", "bwd") else self.eval_generator
+        q = quantize(rows, bits, gen, where=where)
         return q.data, 1
 
     def _post(self, rows: Tensor, bits: int, layer: str, direction: str, forward: bool, async_op: bool) -> _Pending:
@@ -362,7 +442,7 @@ class HaloExchanger:
             work = dist.all_to_all_single(recv, send, in_split, out_split, group=self.group, async_op=async_op)
         except RuntimeError as err:
             raise self._wrap(err, layer, direction) from err
-        return _Pending(work, recv, n_in, d, bits, dtype, layer, direction, self.epoch)
+        return _Pending(work, recv, send, n_in, d, bits, dtype, layer, direction, self.epoch)
 
     def _finish(self, pending: _Pending) -> Tensor:
         t0 = time.perf_counter()

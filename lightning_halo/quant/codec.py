@@ -137,7 +137,7 @@ def row_nbytes(d: int, bits: int, dtype: torch.dtype = torch.float32) -> int:
 # --------------------------------------------------------------------------- #
 
 
-@dataclass
+@dataclass(eq=False)  # tensors inside: identity, not elementwise ==
 class QuantizedRows:
     """Encoded rows: ``n`` fixed-size row records, exactly the bytes on the wire.
 
@@ -596,7 +596,7 @@ def _dequantize_torch_rows(data: Tensor, d: int, bits: int, out: Tensor) -> None
 # Output allocation
 # --------------------------------------------------------------------------- #
 
-_THP_MIN_BYTES = 4 << 20
+_THP_MIN_BYTES = 32 << 20  # glibc mmaps (never brk-heaps) blocks >= 32 MiB
 _HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14  # Linux <asm-generic/mman-common.h>
 _madvise = None  # libc.madvise once resolved; False if unavailable
@@ -606,10 +606,13 @@ def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> 
     """``torch.empty`` that asks Linux for transparent huge pages on large CPU outputs.
 
     A fresh output is written exactly once, so its first-touch page faults are
-    part of the codec's cost; with 4 KiB pages they cost more than the kernel
-    itself on some VMs (measured 0.75 ms/MB vs 0.2 ms/MB with 2 MiB pages).
+    part of the codec's cost; with 4 KiB pages they cost as much as the kernel
+    itself on some VMs (measured ~0.4 ms/MB vs ~0.1 ms/MB with 2 MiB pages).
     This is the advice torch applies itself under ``THP_MEM_ALLOC_ENABLE=1``;
-    it changes paging only, never contents. Disable with ``LIGHTNING_HALO_THP=0``.
+    it changes paging only, never contents. Only blocks >= 32 MiB get it: they
+    are mmapped by glibc, while smaller ones come from the brk heap, where the
+    advice measured 5x *slower* (huge-page faults stalling on compaction).
+    Disable with ``LIGHTNING_HALO_THP=0``.
     """
     global _madvise
     t = torch.empty(shape, dtype=dtype, device=device)

@@ -69,6 +69,49 @@ class Recorder(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=0.01)
 
 
+class EpochBytes(L.Callback):
+    """Bytes handed to the collectives in each training epoch (this rank)."""
+
+    def __init__(self, rec: dict) -> None:
+        self.rec = rec
+        rec["epoch_bytes"] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.rec["epoch_bytes"].append(dict(trainer.strategy.exchanger.meter.epoch))
+
+
+def _schedule(spec):
+    if not spec:
+        return []
+    from lightning_halo import HaloSchedule
+
+    mode, *k = spec.split(":")
+    if mode == "pipelined":
+        return [HaloSchedule(mode="pipelined", sync_every=int(k[0]) if k else None)]
+    if mode == "periodic":
+        return [HaloSchedule(mode="periodic", refresh_every=int(k[0]))]
+    return [HaloSchedule(mode=mode)]
+
+
+def _trace(ex, rec: dict) -> None:
+    """Record what every training exchange sent and returned, per epoch and slot."""
+    rec["trace"] = []
+    fwd, bwd = ex._forward_rows, ex._backward_rows
+
+    def forward_rows(x_inner, call):
+        out = fwd(x_inner, call)
+        if call.training:
+            rec["trace"].append(("fwd", ex.epoch, call.slot, x_inner[ex.plan.send_index].clone(), out.clone()))
+        return out
+
+    def backward_rows(grad_halo, call):
+        out = bwd(grad_halo, call)
+        rec["trace"].append(("bwd", ex.epoch, call.slot, grad_halo.clone(), out.clone()))
+        return out
+
+    ex._forward_rows, ex._backward_rows = forward_rows, backward_rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -76,6 +119,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--bits", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | sync")
+    parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
@@ -87,8 +132,12 @@ def main() -> None:
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
         module = Recorder(net)
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
+        strategy = HaloQuantStrategy(bits=args.bits)
+        if args.trace:
+            _trace(strategy.exchanger, module.rec)
         trainer = L.Trainer(
-            strategy=HaloQuantStrategy(bits=args.bits),
+            strategy=strategy,
+            callbacks=[*_schedule(args.schedule), EpochBytes(module.rec)],
             accelerator="cpu",
             devices=world_size,
             max_epochs=args.steps,

@@ -1,0 +1,89 @@
+"""Puts every rank's halo state into checkpoints, so a resumed run continues exactly."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from lightning_halo.exchange import HaloExchanger
+
+
+def _rng_state() -> dict[str, Any]:
+    # Only tensors, ints, floats and strings: Lightning loads checkpoints with weights_only=True.
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)),
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
+
+
+class HaloStateCallback(Callback):
+    r"""Saves and restores the per-rank state the halo exchange carries between epochs.
+
+    Lightning writes checkpoints from rank 0 only, but stale halo rows, pending halo
+    gradients, the stochastic-rounding generators and the RNG streams (dropout) differ per
+    rank. While a checkpoint is assembled (on every rank), in-flight exchanges are completed
+    and the ranks' states are gathered into it; on load each rank takes its own. Resuming
+    after epoch :math:`t` with ``ckpt_path`` then continues bitwise like the uninterrupted
+    run. :class:`HaloQuantStrategy` adds this callback itself.
+
+    Example:
+        >>> trainer.fit(model, datamodule=dm, ckpt_path="last")  # doctest: +SKIP
+    """
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return "HaloStateCallback"
+
+    def __init__(self) -> None:
+        self._exchanger: Optional[HaloExchanger] = None
+        self._rank = 0
+        self._world = 1
+
+    def attach(self, exchanger: HaloExchanger, rank: int, world_size: int) -> None:
+        # No reference to the process group here: a group kept alive by a callback after the
+        # strategy destroyed it would be torn down at interpreter exit, which aborts in gloo.
+        self._exchanger, self._rank, self._world = exchanger, rank, world_size
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        if self._exchanger is None:
+            return {}
+        mine = {"exchange": self._exchanger.state_dict(), "rng": _rng_state()}
+        states: list[Any] = [mine]
+        if self._world > 1 and dist.is_available() and dist.is_initialized():
+            states = [None] * self._world
+            dist.all_gather_object(states, mine, group=self._exchanger.group)
+        return {"world_size": self._world, "ranks": states}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not state_dict or self._exchanger is None:
+            return
+        if state_dict["world_size"] != self._world:
+            raise ValueError(
+                f"the checkpoint holds halo state for {state_dict['world_size']} processes but this run has "
+                f"{self._world}; resume with the same number of processes (the partition depends on it)."
+            )
+        mine = state_dict["ranks"][self._rank]
+        self._exchanger.load_state_dict(mine["exchange"])
+        _set_rng_state(mine["rng"])

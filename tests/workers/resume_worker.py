@@ -1,0 +1,61 @@
+"""Worker for resume tests: an uninterrupted run vs a run stopped and resumed from a checkpoint.
+
+    python tests/workers/resume_worker.py --out DIR --phase full|first|second --modes sync pipelined:2 ...
+
+Every phase runs each mode with the example GCN (dropout, bits=1) on Cora and writes
+DIR/<phase>/<mode>/rank<r>.pt with the final parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from examples.train_cora import GCN
+from lightning_halo import HaloDataModule, HaloQuantStrategy
+from tests.workers.parity_worker import _schedule
+
+HALF, TOTAL = 3, 6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--phase", choices=["full", "first", "second"], required=True)
+    parser.add_argument("--modes", nargs="+", required=True)
+    parser.add_argument("--bits", type=int, default=1)
+    args = parser.parse_args()
+    world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    warnings.filterwarnings("ignore")
+    out = Path(args.out)
+    for mode in args.modes:
+        tag = mode.replace(":", "_")
+        ckpt_dir = out / ("ckpt-full" if args.phase == "full" else "ckpt-split") / tag
+        L.seed_everything(0)
+        dm = HaloDataModule("cora", cache_dir=str(out / "cache"))
+        model = GCN(dm.num_features, 32, dm.num_classes)
+        trainer = L.Trainer(
+            strategy=HaloQuantStrategy(bits=args.bits, seed=1),
+            accelerator="cpu",
+            devices=world_size,
+            max_epochs=HALF if args.phase == "first" else TOTAL,
+            num_sanity_val_steps=1,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            logger=False,
+            callbacks=[*_schedule(mode), ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_epochs=1)],
+        )
+        trainer.fit(model, datamodule=dm, ckpt_path="last" if args.phase == "second" else None)
+        target = out / args.phase / tag
+        target.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main()
