@@ -22,3 +22,16 @@ def test_one_bit_accuracy_close_to_exact(tmp_path) -> None:
     print(f"Cora test accuracy, mean of {len(SEEDS)} seeds: bits=32 {exact:.4f}, bits=1 {one_bit:.4f}")
     assert exact > 0.75, acc  # the exact run itself must have learned something
     assert abs(one_bit - exact) <= 0.015, acc
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_pipelined_one_bit_close_to_sync_one_bit(tmp_path) -> None:
+    runs = [f"1:{seed}{sched}" for sched in ("", ":pipelined:5") for seed in SEEDS]
+    check(run_workers(["tests/workers/accuracy_worker.py", "--out", str(tmp_path), "--runs", *runs], 2, timeout=900))
+    acc = json.loads((tmp_path / "accuracy.json").read_text())
+    sync = sum(acc[f"1:{s}"] for s in SEEDS) / len(SEEDS)
+    piped = sum(acc[f"1:{s}:pipelined:5"] for s in SEEDS) / len(SEEDS)
+    print(f"Cora test accuracy, 1-bit, mean of {len(SEEDS)} seeds: sync {sync:.4f}, pipelined+sync_every=5 {piped:.4f}")
+    assert sync > 0.75, acc
+    assert abs(piped - sync) <= 0.02, acc
