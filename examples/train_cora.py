@@ -70,7 +70,8 @@ class PrintEpoch(L.Callback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--devices", type=int, default=2, help="processes per node")
+    parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--bits", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=64)
@@ -84,6 +85,7 @@ def main() -> None:
         strategy=HaloQuantStrategy(bits=args.bits),
         accelerator="cpu",
         devices=args.devices,
+        num_nodes=args.num_nodes,
         max_epochs=args.epochs,
         enable_progress_bar=False,
         enable_model_summary=False,

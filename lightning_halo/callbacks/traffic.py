@@ -26,7 +26,8 @@ class HaloTrafficLogger(Callback):
     Logged each training epoch, summed over ranks: ``halo/fwd_bytes``, ``halo/bwd_bytes``
     (bytes handed to the collectives), ``halo/fwd_fp32_bytes``, ``halo/bwd_fp32_bytes``
     (what raw float32 rows would have cost), ``halo/MB`` (forward + backward, also on the
-    progress bar) and ``halo/wait_s`` (slowest rank's time blocked on halo collectives);
+    progress bar), ``halo/wait_s`` (slowest rank's time blocked on halo collectives) and
+    ``halo/codec_s`` (slowest rank's time quantizing and dequantizing);
     ``halo/eval_bytes`` for validation. At the end of fit, rank 0 prints MB sent and the
     reduction factor against float32, per layer and direction, and the figures are kept in
     :attr:`summary`. :class:`HaloQuantStrategy` adds this callback itself.
@@ -69,7 +70,8 @@ class HaloTrafficLogger(Callback):
             "halo/MB", (fwd + bwd) / _MB, on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True, prog_bar=True,
             batch_size=1,
         )
-        pl_module.log("halo/wait_s", m.epoch_wait_s, on_step=False, on_epoch=True, reduce_fx="max", sync_dist=True, batch_size=1)
+        for key, value in (("halo/wait_s", m.epoch_wait_s), ("halo/codec_s", m.epoch_codec_s)):
+            pl_module.log(key, value, on_step=False, on_epoch=True, reduce_fx="max", sync_dist=True, batch_size=1)
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -23,6 +23,8 @@ from lightning_halo.data.cache import (
     graph_fingerprint,
 )
 from lightning_halo.data.datasets import BUNDLED, load_bundled
+from lightning_halo.data.pyg_datasets import PREFIX as PYG_PREFIX
+from lightning_halo.data.pyg_datasets import load_pyg_dataset
 from lightning_halo.data.validation import GraphValidationError, infer_num_classes, validate_graph
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -83,11 +85,14 @@ def load_graph(source: Union[str, os.PathLike, Data]) -> Data:
                 f"{str(err).splitlines()[0][:200]}). Save the graph with torch.save(data, path)."
             ) from err
         return validate_graph(obj, source=str(path))
+    if isinstance(source, str) and source.startswith(PYG_PREFIX):
+        return validate_graph(load_pyg_dataset(source), source=source)
     if isinstance(source, str) and source.lower() in BUNDLED:
         return validate_graph(load_bundled(source), source=f"bundled dataset {source!r}")
     raise GraphValidationError(
         f"data={str(source)!r} is neither an existing file nor a bundled dataset name "
-        f"(bundled: {sorted(BUNDLED)}). Pass a torch_geometric Data, a path to torch.save(data, path), or a bundled name."
+        f"(bundled: {sorted(BUNDLED)}). Pass a torch_geometric Data, a path to torch.save(data, path), a bundled "
+        "name, or pyg:<Class>:<root>[:<name>] for a PyG dataset folder."
     )
 
 
@@ -104,8 +109,10 @@ class HaloDataModule(pl.LightningDataModule):
     Args:
         data (Data or str): the graph: a :class:`~torch_geometric.data.Data` with ``x``,
             ``edge_index``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``; a path to
-            a file written with ``torch.save(data, path)``; or a bundled dataset name
-            (``"cora"``). (default: ``"cora"``)
+            a file written with ``torch.save(data, path)``; a bundled dataset name
+            (``"cora"``); or ``"pyg:<Class>:<root>[:<name>]"`` for a PyG dataset folder with its
+            raw files (see :func:`~lightning_halo.data.pyg_datasets.load_pyg_dataset`).
+            (default: ``"cora"``)
         num_parts (int, optional): number of parts; must equal the world size. Defaults to
             the world size.
         partitioner (str, optional): ``"metis"`` or ``"random"``. (default: ``"metis"``)

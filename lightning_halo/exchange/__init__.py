@@ -10,7 +10,7 @@ from lightning_halo.exchange.layers import (
     supported_layers,
     unsupported_layers,
 )
-from lightning_halo.exchange.plan import ExchangePlan
+from lightning_halo.exchange.plan import ExchangePlan, predict_traffic
 
 __all__ = [
     "ExchangePlan",
@@ -20,6 +20,7 @@ __all__ = [
     "TrafficMeter",
     "UnsupportedLayerError",
     "find_message_passing",
+    "predict_traffic",
     "layer_kind",
     "register_layer",
     "supported_layers",

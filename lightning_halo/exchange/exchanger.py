@@ -29,7 +29,9 @@ class TrafficMeter:
     """Bytes handed to the collectives, per ``(layer, direction)``, for the current epoch and in total.
 
     ``fp32`` counts what the same rows would cost as raw float32, the baseline for the
-    reduction factor. ``wait_s`` is the time spent blocked on halo collectives.
+    reduction factor. ``wait_s`` is the time spent blocked on halo collectives (a blocking
+    call, or waiting for an asynchronous one), ``codec_s`` the time spent quantizing and
+    dequantizing.
     """
 
     epoch: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -38,6 +40,8 @@ class TrafficMeter:
     total_fp32: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     epoch_wait_s: float = 0.0
     total_wait_s: float = 0.0
+    epoch_codec_s: float = 0.0
+    total_codec_s: float = 0.0
 
     def add(self, layer: str, direction: str, nbytes: int, fp32_bytes: int) -> None:
         key = (layer, direction)
@@ -50,10 +54,15 @@ class TrafficMeter:
         self.epoch_wait_s += seconds
         self.total_wait_s += seconds
 
+    def add_codec(self, seconds: float) -> None:
+        self.epoch_codec_s += seconds
+        self.total_codec_s += seconds
+
     def reset_epoch(self) -> None:
         self.epoch.clear()
         self.epoch_fp32.clear()
         self.epoch_wait_s = 0.0
+        self.epoch_codec_s = 0.0
 
     @staticmethod
     def sum_direction(counts: dict[tuple[str, str], int], direction: str) -> int:
@@ -402,8 +411,8 @@ class HaloExchanger:
         # forward: send_counts out, recv_counts in; backward: the reverse.
         return (plan.send_counts, plan.recv_counts) if forward else (plan.recv_counts, plan.send_counts)
 
-    def _encode(self, rows: Tensor, bits: int, layer: str, direction: str) -> tuple[Tensor, int]:
-        """Bytes-or-rows buffer for the collective, and the row size in buffer elements."""
+    def _encode(self, rows: Tensor, bits: int, layer: str, direction: str) -> Tensor:
+        """The buffer handed to the collective: raw rows (bits=32) or uint8 row records."""
         where = f"halo {direction} rows of layer '{layer}' on rank {self._require_plan().rank}"
         if bits == 32:
             if self.check_finite and rows.numel() and not bool(torch.isfinite(rows).all()):
@@ -413,57 +422,59 @@ class HaloExchanger:
                 raise NonFiniteError(
                     f"non-finite value in {where} (row {bad}); training diverged or the input holds NaN/Inf"
                 )
-            return rows.contiguous(), 1
+            return rows.contiguous()
         from lightning_halo.quant import quantize
 
         gen = self.generator if direction in ("fwd", "bwd") else self.eval_generator
-        q = quantize(rows, bits, gen, where=where)
-        return q.data, 1
+        return quantize(rows, bits, gen, where=where).data.reshape(-1)
 
     def _post(self, rows: Tensor, bits: int, layer: str, direction: str, forward: bool, async_op: bool) -> _Pending:
         out_counts, in_counts = self._splits(forward)
         d, dtype = int(rows.size(1)), rows.dtype
-        send, _ = self._encode(rows, bits, layer, direction)
+        t0 = time.perf_counter()
+        send = self._encode(rows, bits, layer, direction)
+        t1 = time.perf_counter()
+        self.meter.add_codec(t1 - t0)
         n_in = sum(in_counts)
         if bits == 32:
             recv = rows.new_empty((n_in, d))
             out_split, in_split = list(out_counts), list(in_counts)
-            nbytes = send.numel() * send.element_size()
         else:
             from lightning_halo.quant import row_nbytes
 
             r = row_nbytes(d, bits, dtype)
             recv = torch.empty(n_in * r, dtype=torch.uint8, device=rows.device)
-            send = send.reshape(-1)
             out_split, in_split = [c * r for c in out_counts], [c * r for c in in_counts]
-            nbytes = send.numel()
-        self.meter.add(layer, direction, nbytes, rows.size(0) * d * 4)
+        self.meter.add(layer, direction, send.numel() * send.element_size(), rows.size(0) * d * 4)
         try:
             work = dist.all_to_all_single(recv, send, in_split, out_split, group=self.group, async_op=async_op)
         except RuntimeError as err:
             raise self._wrap(err, layer, direction) from err
+        if not async_op:  # the call itself blocked until the peers' rows arrived
+            self.meter.add_wait(time.perf_counter() - t1)
         return _Pending(work, recv, send, n_in, d, bits, dtype, layer, direction, self.epoch)
 
     def _finish(self, pending: _Pending) -> Tensor:
-        t0 = time.perf_counter()
         if pending.work is not None:
+            t0 = time.perf_counter()
             try:
                 pending.work.wait()
             except RuntimeError as err:
                 raise self._wrap(err, pending.layer, pending.direction) from err
-        self.meter.add_wait(time.perf_counter() - t0)
+            self.meter.add_wait(time.perf_counter() - t0)
         if pending.bits == 32:
             return pending.recv
         from lightning_halo.quant import QuantizedRows, dequantize
 
+        t0 = time.perf_counter()
         q = QuantizedRows.from_buffer(pending.recv, pending.rows, pending.d, pending.bits, pending.dtype)
-        return dequantize(q, pending.dtype)
+        rows = dequantize(q, pending.dtype)
+        self.meter.add_codec(time.perf_counter() - t0)
+        return rows
 
     def _exchange_sync(self, rows: Tensor, bits: int, layer: str, direction: str, *, forward: bool) -> Tensor:
-        t0 = time.perf_counter()
         pending = self._post(rows, bits, layer, direction, forward, async_op=False)
         pending.work = None
-        self.meter.add_wait(time.perf_counter() - t0)
         return self._finish(pending)
 
     def _exchange_async(self, rows: Tensor, bits: int, layer: str, direction: str, *, forward: bool) -> _Pending:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from torch import Tensor
 
@@ -52,3 +53,38 @@ class ExchangePlan:
     def signature(self) -> tuple[int, ...]:
         """Compact fingerprint compared across ranks at setup to catch mismatched plans."""
         return (self.rank, self.world_size, self.n_inner, self.n_halo, *self.send_counts, *self.recv_counts)
+
+
+def predict_traffic(
+    halo_rows: int,
+    num_features: int,
+    hidden: int,
+    layers: int,
+    bits: int,
+    grad_bits: Optional[int] = None,
+    feature_bytes: int = 4,
+    gcn: bool = False,
+) -> dict[str, int]:
+    r"""Bytes a model of ``layers`` message-passing layers moves, summed over all ranks.
+
+    Layer 1 reads the input features: their halo (``halo_rows`` rows of ``num_features``
+    values of ``feature_bytes`` bytes) travels once, raw. Every later layer reads ``hidden``
+    columns: each training epoch sends ``halo_rows`` rows forward and the same number of
+    gradient rows backward, each :func:`~lightning_halo.quant.row_nbytes` long. GCN-style
+    layers also exchange one degree per halo row once (``aux``).
+
+    Example:
+        >>> predict_traffic(halo_rows=273, num_features=1433, hidden=64, layers=2, bits=1)["fwd_per_epoch"]
+        3549
+    """
+    from lightning_halo.quant import row_nbytes
+
+    grad_bits = bits if grad_bits is None else grad_bits
+    rest = max(layers - 1, 0)
+    return {
+        "fwd_per_epoch": rest * halo_rows * row_nbytes(hidden, bits),
+        "bwd_per_epoch": rest * halo_rows * row_nbytes(hidden, grad_bits),
+        "fp32_per_epoch": 2 * rest * halo_rows * hidden * 4,
+        "input_once": halo_rows * num_features * feature_bytes,
+        "aux_once": halo_rows * feature_bytes if gcn else 0,
+    }

@@ -1,0 +1,5 @@
+"""Ready node-classification models, so that a config file alone can train."""
+
+from lightning_halo.models.node_classifier import GAT, GCN, GIN, GraphSAGE, NodeClassifier
+
+__all__ = ["GAT", "GCN", "GIN", "GraphSAGE", "NodeClassifier"]

@@ -1,0 +1,199 @@
+"""Ready node-classification LightningModules on PyG's BasicGNN models (GCN, GraphSAGE, GAT, GIN)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import BinaryAUROC, MulticlassAccuracy
+from typing_extensions import override
+
+Norm = Optional[Literal["batch", "layer"]]
+
+
+class NodeClassifier(pl.LightningModule):
+    r"""Full-graph node classification: a PyG ``BasicGNN``, cross-entropy, torchmetrics metrics.
+
+    Written as ordinary PyG code (nothing here knows about partitions), so it trains on one
+    process or with :class:`~lightning_halo.HaloQuantStrategy`. Each rank updates its metrics
+    with its own nodes and logs the Metric objects, so ``val_acc`` / ``test_acc`` (micro
+    accuracy) and, for two classes, ``val_auroc`` / ``test_auroc`` are exact global values.
+    ``train_loss`` is the mean over all train nodes of the graph.
+
+    Args:
+        in_channels (int): input feature size (link to ``data.num_features`` in the CLI).
+        out_channels (int): number of classes (link to ``data.num_classes``).
+        hidden_channels (int, optional): hidden size. (default: ``64``)
+        num_layers (int, optional): message-passing layers. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        norm (str, optional): ``"batch"`` (BatchNorm: per-partition statistics on CPU) or
+            ``"layer"`` (node-wise LayerNorm, exact on partitions). (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.01``)
+        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+
+    Example:
+        >>> model = GCN(in_channels=1433, out_channels=7, hidden_channels=64)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 64,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        norm: Norm = None,
+        lr: float = 0.01,
+        weight_decay: float = 5e-4,
+    ) -> None:
+        super().__init__()
+        if out_channels < 2:
+            raise ValueError(f"out_channels must be the number of classes (>= 2), got {out_channels}")
+        if norm not in (None, "batch", "layer"):
+            raise ValueError(f"norm must be None, 'batch' or 'layer', got {norm!r}")
+        self.save_hyperparameters()
+        self.gnn = self.build_gnn()
+        self.val_acc = MulticlassAccuracy(out_channels, average="micro")
+        self.test_acc = MulticlassAccuracy(out_channels, average="micro")
+        self.binary = out_channels == 2
+        if self.binary:
+            self.val_auroc, self.test_auroc = BinaryAUROC(), BinaryAUROC()
+
+    def build_gnn(self) -> nn.Module:
+        """The PyG model; subclasses choose the layer type."""
+        raise NotImplementedError
+
+    def _gnn_kwargs(self) -> dict[str, Any]:
+        h = self.hparams
+        kwargs: dict[str, Any] = dict(
+            in_channels=h.in_channels,
+            hidden_channels=h.hidden_channels,
+            num_layers=h.num_layers,
+            out_channels=h.out_channels,
+            dropout=h.dropout,
+        )
+        if h.norm == "layer":
+            kwargs.update(norm="layer", norm_kwargs={"mode": "node"})  # per node: exact on partitions
+        elif h.norm == "batch":
+            kwargs.update(norm="batch")
+        return kwargs
+
+    @override
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        return self.gnn(x, edge_index)
+
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        out = self(batch.x, batch.edge_index)
+        mask = batch.train_mask
+        loss = F.cross_entropy(out[mask], batch.y[mask])
+        # global mean for the log: every rank contributes its share n_r / N (0 without train nodes)
+        total = int(getattr(batch, "num_train_global", 0)) or int(mask.sum()) or 1
+        share = torch.nan_to_num(loss.detach()) * (int(mask.sum()) / total)
+        self.log("train_loss", share, reduce_fx="sum", sync_dist=True, prog_bar=True, batch_size=1)
+        return loss
+
+    def _evaluate(self, batch: Any, mask: Tensor, acc: MulticlassAccuracy, prefix: str) -> None:
+        out = self(batch.x, batch.edge_index)
+        acc(out[mask], batch.y[mask])
+        self.log(f"{prefix}_acc", acc, prog_bar=prefix == "val", batch_size=1)
+        if self.binary:
+            auroc = self.val_auroc if prefix == "val" else self.test_auroc
+            auroc(out[mask].softmax(-1)[:, 1], batch.y[mask])
+            self.log(f"{prefix}_auroc", auroc, batch_size=1)
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, batch.val_mask, self.val_acc, "val")
+
+    @override
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate(batch, batch.test_mask, self.test_acc, "test")
+
+    @override
+    def predict_step(self, batch: Any, batch_idx: int) -> tuple[Tensor, Tensor]:
+        """``(global node ids, logits)`` of this rank's nodes."""
+        out = self(batch.x, batch.edge_index)
+        ids = batch.inner_global_id if hasattr(batch, "inner_global_id") else torch.arange(out.size(0), device=out.device)
+        return ids, out
+
+    @override
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+class GCN(NodeClassifier):
+    """Two or more ``GCNConv`` layers (Kipf & Welling, https://arxiv.org/abs/1609.02907).
+
+    Example:
+        >>> GCN(in_channels=1433, out_channels=7)
+    """
+
+    def build_gnn(self) -> nn.Module:
+        from torch_geometric.nn.models import GCN as PyGGCN
+
+        return PyGGCN(**self._gnn_kwargs())
+
+
+class GraphSAGE(NodeClassifier):
+    """``SAGEConv`` layers with mean aggregation (Hamilton et al., https://arxiv.org/abs/1706.02216).
+
+    Example:
+        >>> GraphSAGE(in_channels=1433, out_channels=7, num_layers=3)
+    """
+
+    def build_gnn(self) -> nn.Module:
+        from torch_geometric.nn.models import GraphSAGE as PyGSAGE
+
+        return PyGSAGE(**self._gnn_kwargs())
+
+
+class GAT(NodeClassifier):
+    """``GATConv`` layers (Veličković et al., https://arxiv.org/abs/1710.10903).
+
+    Args:
+        heads (int, optional): attention heads of the hidden layers (their outputs are
+            concatenated, so ``hidden_channels`` must be divisible by it). (default: ``4``)
+        **kwargs: as :class:`NodeClassifier`.
+
+    Example:
+        >>> GAT(in_channels=1433, out_channels=7, hidden_channels=64, heads=8)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 64,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        norm: Norm = None,
+        lr: float = 0.005,
+        weight_decay: float = 5e-4,
+        heads: int = 4,
+    ) -> None:
+        if hidden_channels % heads:
+            raise ValueError(f"hidden_channels={hidden_channels} must be divisible by heads={heads}")
+        self._heads = heads
+        super().__init__(in_channels, out_channels, hidden_channels, num_layers, dropout, norm, lr, weight_decay)
+
+    def build_gnn(self) -> nn.Module:
+        from torch_geometric.nn.models import GAT as PyGGAT
+
+        return PyGGAT(**self._gnn_kwargs(), heads=self._heads)
+
+
+class GIN(NodeClassifier):
+    """``GINConv`` layers with 2-layer MLPs (Xu et al., https://arxiv.org/abs/1810.00826).
+
+    Example:
+        >>> GIN(in_channels=1433, out_channels=7)
+    """
+
+    def build_gnn(self) -> nn.Module:
+        from torch_geometric.nn.models import GIN as PyGGIN
+
+        return PyGGIN(**self._gnn_kwargs())
