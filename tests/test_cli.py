@@ -103,3 +103,33 @@ def test_evaluation_subcommands(subcommand: str, tmp_path: Path) -> None:
     result = cli(subcommand, "--config", str(ROOT / "examples/configs/gcn.yaml"), "--trainer.enable_progress_bar", "false",
                  tmp_path=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.multiprocess
+def test_torchrun_launch_equals_lightning_launch(tmp_path: Path) -> None:
+    import torch
+
+    def args(out: Path) -> list[str]:
+        return [
+            "fit", "--config", str(ROOT / "examples/configs/gcn.yaml"), "--trainer.max_epochs", "3",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_checkpointing", "true",
+            "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true",
+            "--trainer.callbacks.dirpath", str(out),
+        ]  # fmt: skip
+
+    exe = shutil.which("lightning-halo") or str(Path(sys.executable).with_name("lightning-halo"))
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = dict(os.environ, LIGHTNING_HALO_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for key in ("SLURM_NTASKS", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(key, None)
+    tr = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node=2", "--no-python", exe, *args(tmp_path / "torchrun")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert tr.returncode == 0, tr.stdout[-3000:] + tr.stderr[-3000:]
+    ref = cli(*args(tmp_path / "lightning"), tmp_path=tmp_path)
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    a = torch.load(tmp_path / "torchrun" / "last.ckpt", weights_only=False)["state_dict"]
+    b = torch.load(tmp_path / "lightning" / "last.ckpt", weights_only=False)["state_dict"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)

@@ -37,7 +37,6 @@ variable ``LIGHTNING_HALO_NUMBA=0``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import sys
 import threading
@@ -50,6 +49,7 @@ from torch import Tensor
 
 __all__ = [
     "SUPPORTED_BITS",
+    "META_NBYTES",
     "NonFiniteError",
     "QuantizedRows",
     "row_nbytes",
@@ -596,46 +596,11 @@ def _dequantize_torch_rows(data: Tensor, d: int, bits: int, out: Tensor) -> None
 # Output allocation
 # --------------------------------------------------------------------------- #
 
-_THP_MIN_BYTES = 32 << 20  # glibc mmaps (never brk-heaps) blocks >= 32 MiB
-_HUGE_PAGE = 2 << 20
-_MADV_HUGEPAGE = 14  # Linux <asm-generic/mman-common.h>
-_madvise = None  # libc.madvise once resolved; False if unavailable
-
-
 def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``torch.empty`` that asks Linux for transparent huge pages on large CPU outputs.
-
-    A fresh output is written exactly once, so its first-touch page faults are
-    part of the codec's cost; with 4 KiB pages they cost as much as the kernel
-    itself on some VMs (measured ~0.4 ms/MB vs ~0.1 ms/MB with 2 MiB pages).
-    This is the advice torch applies itself under ``THP_MEM_ALLOC_ENABLE=1``;
-    it changes paging only, never contents. Only blocks >= 32 MiB get it: they
-    are mmapped by glibc, while smaller ones come from the brk heap, where the
-    advice measured 5x *slower* (huge-page faults stalling on compaction).
-    Disable with ``LIGHTNING_HALO_THP=0``.
-    """
-    global _madvise
-    t = torch.empty(shape, dtype=dtype, device=device)
-    nbytes = t.numel() * t.element_size()
-    if t.device.type != "cpu" or nbytes < _THP_MIN_BYTES or not sys.platform.startswith("linux"):
-        return t
-    if os.environ.get("LIGHTNING_HALO_THP", "1") == "0":
-        return t
-    if _madvise is None:
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).madvise
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            fn.restype = ctypes.c_int
-            _madvise = fn
-        except (OSError, AttributeError):
-            _madvise = False
-    if _madvise:
-        p = t.data_ptr()
-        lo = (p + _HUGE_PAGE - 1) & ~(_HUGE_PAGE - 1)  # whole huge pages inside the buffer
-        hi = (p + nbytes) & ~(_HUGE_PAGE - 1)
-        if hi > lo:
-            _madvise(lo, hi - lo, _MADV_HUGEPAGE)  # advisory: failure is harmless
-    return t
+    """A fresh output. Its first-touch page faults can cost as much as the kernel itself on
+    large buffers: pass ``out=`` to reuse one (the halo exchange does), or run with PyTorch's
+    ``THP_MEM_ALLOC_ENABLE=1`` for transparent huge pages."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 # --------------------------------------------------------------------------- #
