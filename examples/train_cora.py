@@ -97,6 +97,10 @@ def main() -> None:
     result = trainer.test(model, datamodule=dm, verbose=False)
     if trainer.is_global_zero:
         print(f"test_acc {result[0]['test_acc']:.4f}")
+    # Release the process groups before the interpreter exits (PyTorch's advice; gloo threads
+    # finishing a collective during interpreter shutdown can abort the process).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -109,6 +109,10 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
         save_config_kwargs={"overwrite": True},
         args=argv,
     )
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # before interpreter exit: see docs/faq.md
     return None
 
 

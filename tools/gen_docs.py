@@ -46,6 +46,7 @@ def errors_table() -> str:
 
 SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "layers": ("docs/layers.md", layers_table),
+    "errors": ("docs/errors.md", errors_table),
 }
 
 

@@ -7,56 +7,14 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_halo.data import GraphValidationError, load_graph, validate_graph
+from tests.support.error_cases import GRAPH_CASES, good_graph, in_process_cases
 
 
 def good(n: int = 6) -> Data:
-    return Data(
-        x=torch.randn(n, 3),
-        edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
-        y=torch.zeros(n, dtype=torch.long),
-        train_mask=torch.ones(n, dtype=torch.bool),
-        val_mask=torch.zeros(n, dtype=torch.bool),
-        test_mask=torch.zeros(n, dtype=torch.bool),
-    )
+    return good_graph(n)
 
 
-def _drop(key: str):
-    def f(d: Data) -> None:
-        del d[key]
-
-    return f
-
-
-def _set(key: str, value):
-    def f(d: Data) -> None:
-        d[key] = value
-
-    return f
-
-
-#: (case id, mutation, expected message fragment) — also rendered into docs/errors.md.
-CASES = [
-    ("missing x", _drop("x"), "no node features `x`"),
-    ("x not 2-D", _set("x", torch.randn(6)), "`x` must be 2-D"),
-    ("x integer", _set("x", torch.ones(6, 2, dtype=torch.long)), "`x` must be floating point"),
-    ("x with NaN", _set("x", torch.tensor([[0.0], [float("nan")], [0], [0], [0], [0]])), "NaN or Inf (first at node 1)"),
-    ("missing edge_index", _drop("edge_index"), "no `edge_index`"),
-    ("edge_index wrong shape", _set("edge_index", torch.tensor([[0, 1, 2]])), "shape [2, num_edges]"),
-    ("edge_index transposed", _set("edge_index", torch.tensor([[0, 1], [1, 2], [2, 3]])), "looks transposed"),
-    ("edge_index float", _set("edge_index", torch.tensor([[0.0, 1.0], [1.0, 2.0]])), "must be an integer tensor"),
-    ("edge_index out of range", _set("edge_index", torch.tensor([[0, 6], [1, 2]])), "refers to node 6, outside [0, 6)"),
-    ("edge_index negative", _set("edge_index", torch.tensor([[0, -1], [1, 2]])), "refers to node -1"),
-    ("missing y", _drop("y"), "no labels `y`"),
-    ("y wrong length", _set("y", torch.zeros(5, dtype=torch.long)), "`y` has 5 rows but there are 6 nodes"),
-    ("missing train_mask", _drop("train_mask"), "no `train_mask`"),
-    ("missing val_mask", _drop("val_mask"), "no `val_mask`"),
-    ("missing test_mask", _drop("test_mask"), "no `test_mask`"),
-    ("mask not bool", _set("train_mask", torch.tensor([0, 1, 2])), "must be a bool mask"),
-    ("mask length mismatch", _set("val_mask", torch.zeros(5, dtype=torch.bool)), "`val_mask` has shape (5,) but must be [6]"),
-    ("mask with several splits", _set("test_mask", torch.zeros(6, 10, dtype=torch.bool)), "pick one"),
-    ("no nodes", lambda d: d.update({"x": torch.zeros(0, 3)}), "has no nodes"),
-    ("num_nodes disagrees with x", _set("num_nodes", 9), "data.num_nodes=9 but x has 6 rows"),
-]
+CASES = GRAPH_CASES
 
 
 @pytest.mark.parametrize(("case", "mutate", "match"), CASES, ids=[c[0] for c in CASES])
@@ -118,3 +76,11 @@ def test_saved_data_round_trips(tmp_path) -> None:
     path = tmp_path / "g.pt"
     torch.save(good(), path)
     assert load_graph(str(path)).num_nodes == 6
+
+
+@pytest.mark.parametrize(("case", "run", "match"), in_process_cases(), ids=[c[0] for c in in_process_cases()])
+def test_documented_error_cases(case: str, run, match: str) -> None:
+    """Every row of docs/errors.md raises, with the documented message."""
+    with pytest.raises(Exception) as info:
+        run()
+    assert match in str(info.value), str(info.value)

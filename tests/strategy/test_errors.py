@@ -14,6 +14,7 @@ SCENARIOS = {
     "wrong_rows": "got x with 10 rows, but this rank owns",
     "return_none": "training_step returned None",
     "num_parts": "num_parts=3) but the Trainer runs 2 processes",
+    "plan_mismatch": "the exchange plan disagrees with rank",
     "registered_name": "OK HaloQuantStrategy",
 }
 

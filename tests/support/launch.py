@@ -19,9 +19,18 @@ def free_port() -> int:
 
 
 def run_workers(
-    args: list[str], world_size: int, timeout: float = 600, env: dict[str, str] | None = None, log_dir: Path | None = None
+    args: list[str],
+    world_size: int,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+    kill_on_failure: bool = True,
+    until_rank_exits: int | None = None,
 ) -> list[subprocess.CompletedProcess]:
     """Run ``python *args`` as ``world_size`` ranks of one job; kill all on timeout or first failure.
+
+    ``kill_on_failure=False`` lets the other ranks run on after one fails (to observe how they
+    stop); ``until_rank_exits=r`` kills the remaining ranks as soon as rank ``r`` has exited.
 
     Each rank gets MASTER_ADDR/PORT, WORLD_SIZE, RANK, LOCAL_RANK, so Lightning treats the
     processes as externally launched. Returns the completed processes (stdout/stderr text).
@@ -53,7 +62,10 @@ def run_workers(
     deadline = time.monotonic() + timeout
     failed = False
     while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline or (failed := any(p.poll() not in (None, 0) for p in procs)):
+        failed = kill_on_failure and any(p.poll() not in (None, 0) for p in procs)
+        if until_rank_exits is not None and procs[until_rank_exits].poll() is not None:
+            failed = True
+        if time.monotonic() > deadline or failed:
             time.sleep(0 if not failed else 5)  # let a failing rank's peers report too
             for p in procs:
                 if p.poll() is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import lightning as L
 
 from examples.train_cora import GCN
+from tests.support.exit import shutdown
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 
 
@@ -70,3 +71,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    shutdown()

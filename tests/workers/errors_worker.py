@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import ChebConv, GCNConv, SAGEConv
 
+from tests.support.exit import shutdown
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import awkward_graph
 
@@ -81,6 +82,11 @@ def scenario(name: str, world_size: int, cache: str):
     elif name == "num_parts":
         module = Module(SAGEConv(d, c))
         dm = HaloDataModule(data, cache_dir=cache, num_parts=world_size + 1)
+    elif name == "plan_mismatch":  # a different graph on one rank (e.g. a stale copy on one node)
+        if int(os.environ["RANK"]) == 1:
+            data.edge_index = torch.cat([data.edge_index, torch.tensor([[0], [world_size * 40]])], dim=1)
+            dm = HaloDataModule(data, cache_dir=cache)
+        module = Module(SAGEConv(d, c))
     elif name == "registered_name":
         module = Module(SAGEConv(d, c))
         strategy = "halo_quant"
@@ -126,3 +132,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    shutdown()

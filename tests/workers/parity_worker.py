@@ -16,6 +16,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from tests.support.exit import shutdown
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
 from tests.support.models import build_any
@@ -174,3 +175,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    shutdown()

@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from examples.train_cora import GCN
+from tests.support.exit import shutdown
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.workers.parity_worker import _schedule
 
@@ -59,3 +60,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    shutdown()

@@ -1,0 +1,138 @@
+"""Bad inputs and the errors they must produce: used by the tests and rendered into docs/errors.md.
+
+Every in-process case is executed by the tests (and by ``tools/gen_docs.py`` to capture the
+real message), so the documented table cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch_geometric.data import Data
+
+
+def good_graph(n: int = 6) -> Data:
+    return Data(
+        x=torch.randn(n, 3),
+        edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
+        y=torch.zeros(n, dtype=torch.long),
+        train_mask=torch.ones(n, dtype=torch.bool),
+        val_mask=torch.zeros(n, dtype=torch.bool),
+        test_mask=torch.zeros(n, dtype=torch.bool),
+    )
+
+
+def _drop(key: str) -> Callable[[Data], None]:
+    def f(d: Data) -> None:
+        del d[key]
+
+    return f
+
+
+def _set(key: str, value) -> Callable[[Data], None]:
+    def f(d: Data) -> None:
+        d[key] = value
+
+    return f
+
+
+#: (case, mutation of good_graph(), expected message fragment)
+GRAPH_CASES = [
+    ("missing x", _drop("x"), "no node features `x`"),
+    ("x not 2-D", _set("x", torch.randn(6)), "`x` must be 2-D"),
+    ("x integer", _set("x", torch.ones(6, 2, dtype=torch.long)), "`x` must be floating point"),
+    ("x with NaN", _set("x", torch.tensor([[0.0], [float("nan")], [0], [0], [0], [0]])), "NaN or Inf (first at node 1)"),
+    ("missing edge_index", _drop("edge_index"), "no `edge_index`"),
+    ("edge_index wrong shape", _set("edge_index", torch.tensor([[0, 1, 2]])), "shape [2, num_edges]"),
+    ("edge_index transposed", _set("edge_index", torch.tensor([[0, 1], [1, 2], [2, 3]])), "looks transposed"),
+    ("edge_index float", _set("edge_index", torch.tensor([[0.0, 1.0], [1.0, 2.0]])), "must be an integer tensor"),
+    ("edge_index out of range", _set("edge_index", torch.tensor([[0, 6], [1, 2]])), "refers to node 6, outside [0, 6)"),
+    ("edge_index negative", _set("edge_index", torch.tensor([[0, -1], [1, 2]])), "refers to node -1"),
+    ("missing y", _drop("y"), "no labels `y`"),
+    ("y wrong length", _set("y", torch.zeros(5, dtype=torch.long)), "`y` has 5 rows but there are 6 nodes"),
+    ("missing train_mask", _drop("train_mask"), "no `train_mask`"),
+    ("missing val_mask", _drop("val_mask"), "no `val_mask`"),
+    ("missing test_mask", _drop("test_mask"), "no `test_mask`"),
+    ("mask not bool", _set("train_mask", torch.tensor([0, 1, 2])), "must be a bool mask"),
+    ("mask length mismatch", _set("val_mask", torch.zeros(5, dtype=torch.bool)), "`val_mask` has shape (5,) but must be [6]"),
+    ("mask with several splits", _set("test_mask", torch.zeros(6, 10, dtype=torch.bool)), "pick one"),
+    ("no nodes", lambda d: d.update({"x": torch.zeros(0, 3)}), "has no nodes"),
+    ("num_nodes disagrees with x", _set("num_nodes", 9), "data.num_nodes=9 but x has 6 rows"),
+]
+
+
+def _graph_case(mutate: Callable[[Data], None]) -> Callable[[], object]:
+    def run() -> object:
+        from lightning_halo.data import validate_graph
+
+        data = good_graph()
+        mutate(data)
+        return validate_graph(data)
+
+    return run
+
+
+def _call(fn: Callable[[], object]) -> Callable[[], object]:
+    return fn
+
+
+def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
+    from torch_geometric.nn import ChebConv, MessagePassing, SAGEConv
+
+    from lightning_halo import HaloQuantStrategy, HaloSchedule, partition_graph
+    from lightning_halo.data import load_graph
+    from lightning_halo.exchange import layer_kind
+    from lightning_halo.quant import quantize
+
+    class CustomConv(MessagePassing):
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=x)
+
+    return [
+        ("unknown bundled dataset name", lambda: load_graph("pubmed-offline"), "neither an existing file nor a bundled"),
+        ("unsupported bits", lambda: HaloQuantStrategy(bits=3), "choose one of (1, 2, 4, 8, 16, 32)"),
+        ("non-positive halo_timeout", lambda: HaloQuantStrategy(halo_timeout=0), "halo_timeout must be positive"),
+        ("unsupported layer (ChebConv)", lambda: layer_kind(ChebConv(4, 4, K=2)), "cannot run on graph partitions"),
+        ("unknown custom layer", lambda: layer_kind(CustomConv()), "lightning_halo.register_layer"),
+        ("layer with target_to_source flow", lambda: layer_kind(SAGEConv(2, 2, flow="target_to_source")), "flow='source_to_target'"),
+        ("num_parts larger than the graph", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 3), "exceeds the number of nodes"),
+        ("unknown partitioner", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 2, partitioner="kahip"), "unknown partitioner"),  # type: ignore[arg-type]
+        ("unknown HaloSchedule mode", lambda: HaloSchedule(mode="async"), "unknown mode"),  # type: ignore[arg-type]
+        ("sync_every outside pipelined mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' only"),
+        ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
+         "halo fwd rows of layer 'conv2' on rank 1"),  # fmt: skip
+    ]
+
+
+#: Runtime cases checked by multi-process tests (tests/strategy/test_errors.py, test_rank_loss.py).
+MULTIPROCESS_CASES = [
+    ("model without message-passing layer", "UnsupportedLayerError", "has no torch_geometric MessagePassing layer"),
+    ("tuple (x_src, x_dst) into GCNConv", "UnsupportedLayerError", "does not take bipartite input"),
+    ("layer called with the wrong number of rows", "ValueError", "got x with 10 rows, but this rank owns"),
+    ("training_step returns None", "RuntimeError", "training_step returned None"),
+    ("num_parts differs from the world size", "ValueError", "num_parts=3) but the Trainer runs 2 processes"),
+    ("ranks partitioned different graphs", "ValueError", "the exchange plan disagrees with rank"),
+    ("NaN in a rank's halo rows during training", "NonFiniteError", "non-finite value in halo fwd rows of layer 'conv2' on rank 1"),
+    ("a peer process is killed", "HaloExchangeError", "halo exchange failed on rank 0 ... Connection reset by peer"),
+    ("a peer process freezes", "HaloExchangeError", "halo exchange failed on rank 0 ... Timed out waiting"),
+]
+
+
+def in_process_cases() -> list[tuple[str, Callable[[], object], str]]:
+    return [(c, _graph_case(m), f) for c, m, f in GRAPH_CASES] + _other_cases()
+
+
+def all_cases() -> list[tuple[str, str, str]]:
+    """(case, exception type, message) for the docs: in-process messages are the real ones."""
+    rows = []
+    for case, run, fragment in in_process_cases():
+        try:
+            run()
+        except Exception as err:  # noqa: BLE001
+            msg = str(err)
+            rows.append((case, type(err).__name__, msg if len(msg) < 260 else msg[:257] + "..."))
+        else:
+            raise AssertionError(f"{case}: no error raised")
+    rows += [(c, t, m + " (multi-process test)") for c, t, m in MULTIPROCESS_CASES]
+    return rows
