@@ -70,10 +70,21 @@ class HaloQuantStrategy(DDPStrategy):
         seed (int, optional): seed of the per-rank stochastic-rounding generators. (default: ``0``)
         check_finite (bool, optional): raise on NaN/Inf in halo rows, naming the layer,
             direction and rank. (default: ``True``)
-        accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin,
-        process_group_backend, timeout, start_method, find_unused_parameters, static_graph,
-        gradient_as_bucket_view: as for :class:`~lightning.pytorch.strategies.DDPStrategy`
-            (explicit, so saved CLI configs do not depend on the torch version).
+        accelerator: as for :class:`~lightning.pytorch.strategies.DDPStrategy`.
+        parallel_devices: as for ``DDPStrategy``.
+        cluster_environment: as for ``DDPStrategy``.
+        checkpoint_io: as for ``DDPStrategy``.
+        precision_plugin: as for ``DDPStrategy``.
+        process_group_backend (str, optional): ``"gloo"`` or ``"nccl"``; by default gloo on CPU,
+            NCCL on CUDA (the halo group uses the same backend).
+        timeout (timedelta, optional): timeout of DDP's default process group.
+        start_method (str, optional): ``"popen"`` (default) or ``"spawn"``/``"fork"``/``"forkserver"``.
+        find_unused_parameters (bool, optional): as for DDP. (default: ``False``)
+        static_graph (bool, optional): as for DDP. (default: ``False``)
+        gradient_as_bucket_view (bool, optional): as for DDP. (default: ``False``)
+
+    The DDP options are explicit parameters, not ``**kwargs``, so configs saved by the CLI do
+    not depend on the torch version.
 
     Example:
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=2)

@@ -40,8 +40,8 @@ def data_override(config: Path) -> list[str]:
     shared = shared_datasets()
     if shared is None:
         pytest.skip("../shared/datasets is not on this machine (set LIGHTNING_HALO_DATASETS)")
-    line = next(l for l in text.splitlines() if "../shared/datasets" in l)
-    return ["--data.data", line.split(":", 1)[1].strip().replace("../shared/datasets", str(shared))]
+    line = next(l for l in text.splitlines() if l.strip().startswith("data:") and "../shared/datasets" in l)
+    return ["--data.data", line.split(":", 1)[1].strip().strip("\"'").replace("../shared/datasets", str(shared))]
 
 
 @pytest.mark.multiprocess

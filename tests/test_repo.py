@@ -37,3 +37,53 @@ def test_generated_docs_are_current() -> None:
 def test_changelog_follows_keep_a_changelog() -> None:
     text = (ROOT / "CHANGELOG.md").read_text()
     assert "Keep a Changelog" in text and "## [Unreleased]" in text
+
+
+def _public_objects():
+    import inspect
+
+    import lightning_halo
+    import lightning_halo.models
+    import lightning_halo.quant
+
+    seen = {}
+    for mod in (lightning_halo, lightning_halo.models, lightning_halo.quant):
+        for name in getattr(mod, "__all__", []):
+            obj = getattr(mod, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                seen[f"{mod.__name__}.{name}"] = obj
+    return seen
+
+
+def test_every_public_name_has_a_docstring_with_args_and_example() -> None:
+    import inspect
+
+    missing = []
+    for qualname, obj in _public_objects().items():
+        doc = inspect.getdoc(obj) or ""
+        if not doc:
+            missing.append(f"{qualname}: no docstring")
+            continue
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            continue  # exceptions: the docstring says when they are raised
+        if "Example" not in doc:
+            missing.append(f"{qualname}: no example")
+        target = obj.__init__ if inspect.isclass(obj) else obj
+        try:
+            params = [p for p in inspect.signature(target).parameters if p not in ("self", "cls")]
+        except (TypeError, ValueError):
+            params = []
+        if params and "Args:" not in doc and not (inspect.isclass(obj) and "Args:" in (inspect.getdoc(obj.__init__) or "")):
+            missing.append(f"{qualname}: parameters {params} but no Args section")
+    assert not missing, "\n".join(missing)
+
+
+def test_docs_build_strict() -> None:
+    import pytest
+
+    mkdocs = __import__("shutil").which("mkdocs")
+    if mkdocs is None:
+        pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
+    result = subprocess.run([mkdocs, "build", "--strict", "-d", str(ROOT / "site")], cwd=ROOT, capture_output=True, text=True,
+                            env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -78,8 +78,8 @@ class HaloSchedule(Callback):
         """What a training epoch does with halos (a pure function of the epoch number).
 
         Example:
-            >>> [HaloSchedule("pipelined", sync_every=3).step_mode(e) for e in range(5)]
-            ['sync', 'stale', 'stale', 'sync', 'stale']
+            >>> tuple(HaloSchedule("pipelined", sync_every=3).step_mode(e) for e in range(5))
+            ('sync', 'stale', 'stale', 'sync', 'stale')
         """
         start = max(1, self.warmup_epochs)
         if self.mode == "sync" or epoch < start:

@@ -61,6 +61,14 @@ def load_graph(source: Union[str, os.PathLike, Data]) -> Data:
     Files are read with ``torch.load(weights_only=True)`` and only PyG's ``Data`` classes
     allow-listed: a file holding anything else is rejected, never unpickled.
 
+    Args:
+        source (Data or str): a :class:`~torch_geometric.data.Data`, a path to
+            ``torch.save(data, path)``, a bundled name (``"cora"``) or
+            ``"pyg:<Class>:<root>[:<name>]"``.
+
+    Returns:
+        The validated graph.
+
     Example:
         >>> load_graph("cora").num_nodes
         2708

@@ -105,12 +105,22 @@ _register_builtin()
 
 
 def supported_layers() -> dict[str, LayerKind]:
-    """Name -> kind of every layer class lightning-halo knows how to run (built-in and registered)."""
+    """Name -> kind of every layer class lightning-halo knows how to run (built-in and registered).
+
+    Example:
+        >>> supported_layers()["SAGEConv"]
+        'bipartite'
+    """
     return {cls.__name__: kind for cls, kind in sorted(_KINDS.items(), key=lambda kv: kv[0].__name__)}
 
 
 def unsupported_layers() -> dict[str, str]:
-    """Name -> reason for PyG layers that cannot run on partitions."""
+    """Name -> reason for PyG layers that cannot run on partitions.
+
+    Example:
+        >>> "ChebConv" in unsupported_layers()
+        True
+    """
     return {cls.__name__: why for cls, why in sorted(_UNSUPPORTED.items(), key=lambda kv: kv[0].__name__)}
 
 

@@ -125,12 +125,27 @@ class NodeClassifier(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
 
+_ARGS = """
+    Args:
+        in_channels (int): input feature size.
+        out_channels (int): number of classes.
+        hidden_channels (int, optional): hidden size. (default: ``64``)
+        num_layers (int, optional): message-passing layers. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.01``)
+        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+"""
+
+
 class GCN(NodeClassifier):
     """Two or more ``GCNConv`` layers (Kipf & Welling, https://arxiv.org/abs/1609.02907).
 
     Example:
         >>> GCN(in_channels=1433, out_channels=7)
     """
+
+    __doc__ = (__doc__ or "") + _ARGS
 
     def build_gnn(self) -> nn.Module:
         from torch_geometric.nn.models import GCN as PyGGCN
@@ -145,6 +160,8 @@ class GraphSAGE(NodeClassifier):
         >>> GraphSAGE(in_channels=1433, out_channels=7, num_layers=3)
     """
 
+    __doc__ = (__doc__ or "") + _ARGS
+
     def build_gnn(self) -> nn.Module:
         from torch_geometric.nn.models import GraphSAGE as PyGSAGE
 
@@ -155,9 +172,16 @@ class GAT(NodeClassifier):
     """``GATConv`` layers (Veličković et al., https://arxiv.org/abs/1710.10903).
 
     Args:
+        in_channels (int): as :class:`NodeClassifier`.
+        out_channels (int): as :class:`NodeClassifier`.
+        hidden_channels (int, optional): as :class:`NodeClassifier`. (default: ``64``)
+        num_layers (int, optional): as :class:`NodeClassifier`. (default: ``2``)
+        dropout (float, optional): as :class:`NodeClassifier`. (default: ``0.5``)
+        norm (str, optional): as :class:`NodeClassifier`. (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.005``)
+        weight_decay (float, optional): as :class:`NodeClassifier`. (default: ``5e-4``)
         heads (int, optional): attention heads of the hidden layers (their outputs are
             concatenated, so ``hidden_channels`` must be divisible by it). (default: ``4``)
-        **kwargs: as :class:`NodeClassifier`.
 
     Example:
         >>> GAT(in_channels=1433, out_channels=7, hidden_channels=64, heads=8)
@@ -192,6 +216,8 @@ class GIN(NodeClassifier):
     Example:
         >>> GIN(in_channels=1433, out_channels=7)
     """
+
+    __doc__ = (__doc__ or "") + _ARGS
 
     def build_gnn(self) -> nn.Module:
         from torch_geometric.nn.models import GIN as PyGGIN

@@ -150,6 +150,9 @@ def partition_stats(partitions: list[HaloPartition]) -> dict[str, Any]:
     ``balance`` (largest part / mean part, 1.0 is perfect) and ``replication``
     (:math:`1 + \sum_p |H_p| / N`).
 
+    Args:
+        partitions (list[HaloPartition]): all parts, index ``p`` for part ``p``.
+
     Example:
         >>> partition_stats(parts)["edge_cut"]  # doctest: +SKIP
         1094

@@ -49,6 +49,10 @@ class HaloPartition(Data):
     Plus ``part_id``, ``num_parts``, ``n_inner``, ``n_halo``, ``num_nodes_global`` and
     ``num_train_global`` (train nodes of the whole graph, used to scale the loss).
 
+    Args:
+        **kwargs: the attributes above, as for :class:`~torch_geometric.data.Data`
+            (built by :func:`~lightning_halo.build_halo_partitions`, not by hand).
+
     Example:
         >>> part = HaloDataModule("cora", num_parts=2).partitions()[0]  # doctest: +SKIP
         >>> part.x.shape[0] == part.n_inner

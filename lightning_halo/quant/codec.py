@@ -145,7 +145,7 @@ class QuantizedRows:
     flattened buffer, ``R = row_nbytes(d, bits, dtype)``), so a slice of rows
     is itself a valid :class:`QuantizedRows`.
 
-    Attributes:
+    Args:
         data: uint8 tensor ``[n, R]``. For ``bits=32`` it may share memory
             with the quantized input (zero-copy); clone before mutating.
         bits: Bits per element.
@@ -279,6 +279,10 @@ def numba_available() -> bool:
 
     Returns:
         True if ``lightning_halo.quant._numba`` (and numba) import.
+
+    Example:
+        >>> numba_available()
+        True
     """
     return _load_numba() is not None
 
@@ -310,6 +314,11 @@ def get_impl() -> str:
 
     Returns:
         ``"numba"`` or ``"torch"`` (``"auto"`` resolved).
+
+    Example:
+        >>> with use_impl("torch"):
+        ...     get_impl()
+        'torch'
     """
     return "numba" if _use_numba_cpu() else "torch"
 
