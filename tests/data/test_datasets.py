@@ -10,7 +10,10 @@ import torch
 
 from lightning_halo.data import load_bundled
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "Cora"
+from tests.test_cli import shared_datasets
+
+_SHARED = shared_datasets()
+SHARED = (_SHARED / "Cora") if _SHARED is not None else Path("/nonexistent")
 
 
 def test_bundled_cora_shape() -> None:

@@ -1,0 +1,310 @@
+"""One benchmark cell: train one configuration and record per-epoch timings, traffic and accuracy.
+
+Run as every rank of a job (``srun``, ``torchrun`` or the harness's local launcher):
+
+    python benchmarks/bench_cell.py --graph cornell5 --model gcn --bits 1 --mode pipelined5 --out DIR
+
+Each rank writes ``DIR/rank<r>.json``; ``benchmarks/harness.py`` merges them. Baselines:
+``--baseline single`` (one process, plain full-graph training, no halo strategy) and
+``--baseline neighbor`` (Lightning DDP with PyG ``NeighborLoader`` mini-batches).
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torchmetrics.classification import BinaryAUROC, MulticlassAccuracy  # noqa: E402
+
+from benchmarks.graphs import graph_source  # noqa: E402
+from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule  # noqa: E402
+from lightning_halo.models import GAT, GCN, GraphSAGE  # noqa: E402
+
+MODELS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
+MODES = {
+    "sync": dict(mode="sync"),
+    "pipelined": dict(mode="pipelined"),
+    "pipelined5": dict(mode="pipelined", sync_every=5),
+    "periodic": dict(mode="periodic", refresh_every=5),
+}
+
+
+def bench_model(name: str, **kwargs: Any) -> L.LightningModule:
+    """The zoo model, also tracking test accuracy (and ROC-AUC) at every validation."""
+    base = MODELS[name]
+
+    class Bench(base):  # type: ignore[misc, valid-type]
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            n = kw["out_channels"]
+            self.v_acc, self.t_acc = MulticlassAccuracy(n, average="micro"), MulticlassAccuracy(n, average="micro")
+            self.v_auc, self.t_auc = BinaryAUROC(), BinaryAUROC()
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            out = self(batch.x, batch.edge_index)
+            for mask, acc, auc, tag in ((batch.val_mask, self.v_acc, self.v_auc, "val"), (batch.test_mask, self.t_acc, self.t_auc, "test")):
+                acc(out[mask], batch.y[mask])
+                self.log(f"b_{tag}_acc", acc, batch_size=1)
+                if self.binary:
+                    auc(out[mask].softmax(-1)[:, 1], batch.y[mask])
+                    self.log(f"b_{tag}_auroc", auc, batch_size=1)
+
+    if name == "gat":
+        kwargs.setdefault("heads", 4)
+    return Bench(**kwargs)
+
+
+def _rss_mb() -> float:
+    """Current resident set size of this process (VmRSS), in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Probe(L.Callback):
+    """Per-epoch training time and its breakdown, traffic, accuracy and peak memory of this rank."""
+
+    def __init__(self) -> None:
+        self.epochs: list[dict[str, Any]] = []
+        self.allreduce_s = 0.0
+        self.train_s = 0.0
+        self._t0 = 0.0
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        ddp = trainer.strategy.model
+        if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+            probe, world = self, trainer.world_size
+
+            def timed_allreduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+                # DDP's default all-reduce, timed from launch to completion (on our small models
+                # the single bucket is ready only at the end of backward, so this is exposed time)
+                t0 = time.perf_counter()
+                fut = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+
+                def done(f: torch.futures.Future) -> torch.Tensor:
+                    probe.allreduce_s += time.perf_counter() - t0
+                    return f.value()[0]
+
+                return fut.then(done)
+
+            ddp.register_comm_hook(None, timed_allreduce)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.allreduce_s = 0.0
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = time.perf_counter() - self._t0
+        self.train_s += step
+        ex = getattr(trainer.strategy, "exchanger", None)
+        m = ex.meter if ex is not None else None
+        self.epochs.append(
+            {
+                "epoch": trainer.current_epoch,
+                "step_s": step,
+                "train_wall_s": self.train_s,
+                "wait_s": m.epoch_wait_s if m else 0.0,
+                "codec_s": m.epoch_codec_s if m else 0.0,
+                "allreduce_s": self.allreduce_s,
+                "fwd_bytes": sum(v for (_, d), v in m.epoch.items() if d == "fwd") if m else 0,
+                "bwd_bytes": sum(v for (_, d), v in m.epoch.items() if d == "bwd") if m else 0,
+                "once_bytes": sum(v for (_, d), v in m.epoch.items() if d in ("input", "aux")) if m else 0,
+                "staleness": max(ex.staleness(), default=0) if ex is not None else 0,
+                "rss_mb": _rss_mb(),
+                "mode": ex.mode if ex is not None else "single",
+            }
+        )
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not self.epochs:
+            return
+        metrics = trainer.callback_metrics
+        for key in ("b_val_acc", "b_test_acc", "b_val_auroc", "b_test_auroc"):
+            if key in metrics:
+                self.epochs[-1][key[2:]] = float(metrics[key])
+
+
+def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Trainer]:
+    dm = HaloDataModule(graph_source(args.graph), cache_dir=args.cache_dir)
+    model = bench_model(
+        args.model, in_channels=dm.num_features, out_channels=dm.num_classes, hidden_channels=args.hidden,
+        num_layers=args.layers, lr=args.lr, dropout=args.dropout,
+    )  # fmt: skip
+    probe = Probe()
+    callbacks: list[L.Callback] = [probe]
+    if args.baseline == "single":
+        strategy: Any = "auto"
+    else:
+        strategy = HaloQuantStrategy(bits=args.bits, seed=args.seed, halo_timeout=args.timeout)
+        callbacks.append(HaloSchedule(**MODES[args.mode]))
+    trainer = L.Trainer(
+        strategy=strategy,
+        accelerator="cpu",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        max_epochs=args.epochs,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=args.eval_every,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        callbacks=callbacks,
+    )
+    trainer.fit(model, datamodule=dm)
+    return probe, trainer
+
+
+def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[Probe, L.Trainer]:
+    """Lightning DDP with NeighborLoader mini-batches: what users would otherwise pick."""
+    from torch_geometric.loader import NeighborLoader
+
+    from lightning_halo.data import load_graph
+
+    data = load_graph(graph_source(args.graph))
+    n_cls = int(data.y.max()) + 1
+    train_idx = torch.nonzero(data.train_mask).view(-1)[rank::world_size]  # each rank its share
+    val_idx = torch.nonzero(data.val_mask).view(-1)[rank::world_size]
+    test_idx = torch.nonzero(data.test_mask).view(-1)[rank::world_size]
+    fanout = [10] * args.layers
+    train_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=args.batch_size, input_nodes=train_idx, shuffle=True)
+    eval_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=4096, input_nodes=torch.cat([val_idx, test_idx]))
+    n_val = val_idx.numel()
+    base = bench_model(
+        args.model, in_channels=data.num_features, out_channels=n_cls, hidden_channels=args.hidden,
+        num_layers=args.layers, lr=args.lr, dropout=args.dropout,
+    )  # fmt: skip
+
+    class MiniBatch(type(base)):  # type: ignore[misc]
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            out = self(batch.x, batch.edge_index)[: batch.batch_size]
+            return F.cross_entropy(out, batch.y[: batch.batch_size])
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            out = self(batch.x, batch.edge_index)[: batch.batch_size]
+            y = batch.y[: batch.batch_size]
+            is_val = batch.input_id < n_val  # input_id indexes the concatenated [val; test] nodes
+            for sel, acc, auc, tag in ((is_val, self.v_acc, self.v_auc, "val"), (~is_val, self.t_acc, self.t_auc, "test")):
+                acc(out[sel], y[sel])
+                self.log(f"b_{tag}_acc", acc, batch_size=1)
+                if self.binary:
+                    auc(out[sel].softmax(-1)[:, 1], y[sel])
+                    self.log(f"b_{tag}_auroc", auc, batch_size=1)
+
+    model = MiniBatch(
+        in_channels=data.num_features, out_channels=n_cls, hidden_channels=args.hidden, num_layers=args.layers,
+        lr=args.lr, dropout=args.dropout, **({"heads": 4} if args.model == "gat" else {}),
+    )  # fmt: skip
+
+    class EpochProbe(Probe):
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            super().on_train_epoch_start(trainer, pl_module)
+            self._batches = 0
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # type: ignore[no-untyped-def]
+            self._batches += 1
+
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            Probe.on_train_batch_end(self, trainer, pl_module, None, None, 0)
+            self.epochs[-1]["batches"] = self._batches
+
+        def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            # in mini-batch training validation runs before on_train_epoch_end: stash the metrics
+            if trainer.sanity_checking:
+                return
+            self._pending = {k[2:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("b_")}
+
+        def on_train_epoch_end_after(self) -> None:
+            pass
+
+    probe = EpochProbe()
+
+    class Attach(L.Callback):
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if probe.epochs and getattr(probe, "_pending", None):
+                probe.epochs[-1].update(probe._pending)
+
+    trainer = L.Trainer(
+        strategy="ddp" if world_size > 1 else "auto",
+        accelerator="cpu",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        max_epochs=args.epochs,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        callbacks=[probe, Attach()],
+    )
+    trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=eval_loader)
+    return probe, trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", required=True)
+    parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
+    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--mode", choices=sorted(MODES), default="sync")
+    parser.add_argument("--baseline", choices=["none", "single", "neighbor"], default="none")
+    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--eval-every", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    L.seed_everything(args.seed, workers=True)
+    world_size = args.devices * args.num_nodes
+    t0 = time.perf_counter()
+    if args.baseline == "neighbor":
+        probe, trainer = run_neighbor(args, world_size, int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))))
+    else:
+        probe, trainer = run_halo(args, world_size)
+    rank = trainer.global_rank
+    summary = getattr(next((c for c in trainer.callbacks if type(c).__name__ == "HaloTrafficLogger"), None), "summary", {})
+    record = {
+        "config": vars(args),
+        "rank": rank,
+        "world_size": trainer.world_size,
+        "total_s": time.perf_counter() - t0,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "epochs": probe.epochs,
+        "traffic_summary": summary,
+        "host": os.uname().nodename,
+        "slurm_node": os.environ.get("SLURMD_NODENAME"),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
