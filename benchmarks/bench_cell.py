@@ -170,9 +170,12 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
 
 
 def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[Probe, L.Trainer]:
-    """Lightning DDP with NeighborLoader mini-batches: what users would otherwise pick."""
-    from torch_geometric.loader import NeighborLoader
+    """Lightning DDP with neighbour-sampled mini-batches: what users would otherwise pick.
 
+    Uses :class:`benchmarks.sampler.UniformNeighborLoader`, since PyG's NeighborLoader needs
+    pyg-lib or torch-sparse, which cannot be installed here.
+    """
+    from benchmarks.sampler import UniformNeighborLoader as NeighborLoader
     from lightning_halo.data import load_graph
 
     data = load_graph(graph_source(args.graph))
@@ -227,9 +230,6 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
             if trainer.sanity_checking:
                 return
             self._pending = {k[2:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("b_")}
-
-        def on_train_epoch_end_after(self) -> None:
-            pass
 
     probe = EpochProbe()
 

@@ -102,11 +102,11 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     n_epochs = min(len(r["epochs"]) for r in ranks)
     measured = range(min(WARMUP, max(n_epochs - 1, 0)), n_epochs)
 
-    def per_epoch(key: str, reduce=max) -> list[float]:
-        return [reduce(r["epochs"][e].get(key, 0.0) for r in ranks) for e in measured]
-
-    step = per_epoch("step_s")
-    wait, codec, allreduce = per_epoch("wait_s"), per_epoch("codec_s"), per_epoch("allreduce_s")
+    # Per epoch, the slowest rank sets the pace; its own waits are the communication that really
+    # delayed the epoch (a faster rank's waits also contain its idling for the slow one).
+    slowest = [max(ranks, key=lambda r: r["epochs"][e]["step_s"])["epochs"][e] for e in measured]
+    step = [e["step_s"] for e in slowest]
+    wait, codec, allreduce = ([e.get(k, 0.0) for e in slowest] for k in ("wait_s", "codec_s", "allreduce_s"))
     med = statistics.median
     breakdown = {"wait_s": med(wait), "codec_s": med(codec), "allreduce_s": med(allreduce)}
     breakdown["compute_s"] = max(med(step) - sum(breakdown.values()), 0.0)
@@ -117,10 +117,13 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         for i, e in enumerate(e0[:n_epochs])
     ]  # fmt: skip
     best = max(curve, key=lambda c: c.get("val_auroc", c.get("val_acc", 0.0)))
+    traffic = [sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in measured]
     return {
         "epoch_s": med(step),
+        "epoch_s_mean": statistics.fmean(step),
         "breakdown": breakdown,
-        "bytes_per_epoch": med([sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in measured]),
+        # the mean: a periodic run sends in refresh epochs only, a median would hide that
+        "bytes_per_epoch": statistics.fmean(traffic),
         "once_bytes": sum(r["epochs"][0]["once_bytes"] for r in ranks),
         "final": {k: curve[-1][k] for k in curve[-1] if k not in ("epoch", "train_wall_s")},
         "best_val": {k: best[k] for k in best if k != "train_wall_s"},
@@ -188,7 +191,8 @@ def cmd_matrix(a: argparse.Namespace) -> None:
             for model in a.models:
                 for mode in a.modes:
                     for bits in a.bits:
-                        run_cell(graph, model, bits, mode, a.nodes, a.rate, a.epochs, cluster, a.force)
+                        run_cell(graph, model, bits, mode, a.nodes, a.rate, a.epochs, cluster, a.force,
+                                 extra=["--eval-every", str(a.eval_every)])  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -197,7 +201,8 @@ def cmd_matrix(a: argparse.Namespace) -> None:
 def cmd_cell(a: argparse.Namespace) -> None:
     cluster = None if a.local else Cluster()
     try:
-        run_cell(a.graph[0], a.model, a.bits, a.mode, a.nodes, a.rate, a.epochs, cluster, a.force)
+        run_cell(a.graph[0], a.model, a.bits, a.mode, a.nodes, a.rate, a.epochs, cluster, a.force,
+                 extra=["--eval-every", str(a.eval_every)])  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -257,7 +262,7 @@ def cmd_soak(a: argparse.Namespace) -> None:
     """A long pipelined 1-bit run: resident memory per rank must stay flat and bytes per epoch constant."""
     cluster = None if a.local else Cluster()
     try:
-        rec = run_cell(a.graph[0], a.models[0], 1, "pipelined5", a.nodes, a.rate, a.epochs, cluster, a.force,
+        run_cell(a.graph[0], a.models[0], 1, "pipelined5", a.nodes, a.rate, a.epochs, cluster, a.force,
                        extra=["--eval-every", "50"], name=f"{a.models[0]}-soak{a.epochs}", timeout=7200)  # fmt: skip
     finally:
         if cluster:
@@ -298,6 +303,7 @@ def main() -> None:
         p.add_argument("--modes", nargs="+", default=list(MODES))
         p.add_argument("--bits", nargs="+", type=int, default=list(BITS))
         p.add_argument("--local", action="store_true", help="local processes instead of the SLURM testbed")
+        p.add_argument("--eval-every", type=int, default=1, help="evaluate every k epochs")
         p.add_argument("--force", action="store_true", help="rerun cells that already have results")
         if name == "cell":
             p.add_argument("--model", default="gcn")

@@ -116,7 +116,6 @@ def _bench_cell(x, bits_list, impls, repeats, sync=None, copy_t=None):
                 q = quantize(x, bits, generator=g)
                 dq_t = _time(lambda: dequantize(q), repeats, sync)
                 dqo_t = _time(lambda: dequantize(q, out=y2), repeats, sync)
-                del buf, q
             row = {
                 "impl": impl,
                 "device": str(x.device),

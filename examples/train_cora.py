@@ -56,8 +56,8 @@ class GCN(L.LightningModule):
 class PrintEpoch(L.Callback):
     """One line per epoch on rank 0 (the progress bar is off in non-interactive runs)."""
 
-    def on_validation_epoch_end(self, trainer, pl_module):
-        if trainer.sanity_checking or not trainer.is_global_zero:
+    def on_train_epoch_end(self, trainer, pl_module):  # after validation: this epoch's figures
+        if not trainer.is_global_zero:
             return
         m = trainer.callback_metrics
         print(

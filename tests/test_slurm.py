@@ -8,7 +8,6 @@ testbed cannot start: not root, no network namespaces, or no testbed script on t
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.distributed as dist

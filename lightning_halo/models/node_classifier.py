@@ -62,9 +62,16 @@ class NodeClassifier(pl.LightningModule):
         if self.binary:
             self.val_auroc, self.test_auroc = BinaryAUROC(), BinaryAUROC()
 
+    #: Name of the model class in :mod:`torch_geometric.nn.models`; subclasses choose it.
+    pyg_model: str = ""
+
     def build_gnn(self) -> nn.Module:
-        """The PyG model; subclasses choose the layer type."""
-        raise NotImplementedError
+        """The PyG model (``torch_geometric.nn.models.<pyg_model>``)."""
+        import torch_geometric.nn.models as models
+
+        if not self.pyg_model:
+            raise NotImplementedError("subclass NodeClassifier and set pyg_model (or override build_gnn)")
+        return getattr(models, self.pyg_model)(**self._gnn_kwargs())
 
     def _gnn_kwargs(self) -> dict[str, Any]:
         h = self.hparams
@@ -146,11 +153,7 @@ class GCN(NodeClassifier):
     """
 
     __doc__ = (__doc__ or "") + _ARGS
-
-    def build_gnn(self) -> nn.Module:
-        from torch_geometric.nn.models import GCN as PyGGCN
-
-        return PyGGCN(**self._gnn_kwargs())
+    pyg_model = "GCN"
 
 
 class GraphSAGE(NodeClassifier):
@@ -161,11 +164,7 @@ class GraphSAGE(NodeClassifier):
     """
 
     __doc__ = (__doc__ or "") + _ARGS
-
-    def build_gnn(self) -> nn.Module:
-        from torch_geometric.nn.models import GraphSAGE as PyGSAGE
-
-        return PyGSAGE(**self._gnn_kwargs())
+    pyg_model = "GraphSAGE"
 
 
 class GAT(NodeClassifier):
@@ -204,10 +203,10 @@ class GAT(NodeClassifier):
         self._heads = heads
         super().__init__(in_channels, out_channels, hidden_channels, num_layers, dropout, norm, lr, weight_decay)
 
-    def build_gnn(self) -> nn.Module:
-        from torch_geometric.nn.models import GAT as PyGGAT
+    pyg_model = "GAT"
 
-        return PyGGAT(**self._gnn_kwargs(), heads=self._heads)
+    def _gnn_kwargs(self) -> dict[str, Any]:
+        return {**super()._gnn_kwargs(), "heads": self._heads}
 
 
 class GIN(NodeClassifier):
@@ -218,8 +217,4 @@ class GIN(NodeClassifier):
     """
 
     __doc__ = (__doc__ or "") + _ARGS
-
-    def build_gnn(self) -> nn.Module:
-        from torch_geometric.nn.models import GIN as PyGGIN
-
-        return PyGGIN(**self._gnn_kwargs())
+    pyg_model = "GIN"

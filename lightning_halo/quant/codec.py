@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -607,8 +606,8 @@ def _dequantize_torch_rows(data: Tensor, d: int, bits: int, out: Tensor) -> None
 
 def _empty(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> Tensor:
     """A fresh output. Its first-touch page faults can cost as much as the kernel itself on
-    large buffers: pass ``out=`` to reuse one (the halo exchange does), or run with PyTorch's
-    ``THP_MEM_ALLOC_ENABLE=1`` for transparent huge pages."""
+    large buffers: pass ``out=`` to reuse one, or run with PyTorch's ``THP_MEM_ALLOC_ENABLE=1``
+    for transparent huge pages."""
     return torch.empty(shape, dtype=dtype, device=device)
 
 

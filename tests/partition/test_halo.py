@@ -87,3 +87,27 @@ def test_stats() -> None:
     assert sum(stats["nodes"]) == data.num_nodes and sum(stats["edges"]) == data.num_edges
     assert stats["halo_rows"] == sum(stats["halo_nodes"]) == sum(stats["send_rows"])
     assert 1.0 <= stats["balance"] < 1.1
+
+
+def test_indices_are_int64_end_to_end() -> None:
+    data = awkward_graph(2)
+    data.edge_index = data.edge_index.int()  # int32 input must not survive into the partitions
+    from lightning_halo.data import validate_graph
+
+    validate_graph(data)
+    for part in build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2), 2):
+        for key in ("edge_index", "send_index", "send_counts", "recv_counts", "global_id"):
+            assert part[key].dtype == torch.int64, key
+
+
+def test_generated_graph_has_the_awkward_cases() -> None:
+    """The parity tests rely on these properties of the generated graph."""
+    data = awkward_graph(2)
+    src, dst = data.edge_index
+    assert bool((src == dst).any()), "self-loops"
+    key = src * data.num_nodes + dst
+    assert key.unique().numel() < key.numel(), "duplicate edges"
+    assert not bool(((dst * data.num_nodes + src)[:, None] == key[None, :]).any(1).all()), "directed"
+    touched = torch.zeros(data.num_nodes, dtype=torch.bool)
+    touched[src] = touched[dst] = True
+    assert not bool(touched.all()), "isolated nodes"

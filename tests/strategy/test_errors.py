@@ -15,6 +15,7 @@ SCENARIOS = {
     "return_none": "training_step returned None",
     "num_parts": "num_parts=3) but the Trainer runs 2 processes",
     "plan_mismatch": "the exchange plan disagrees with rank",
+    "empty_masks": "OK HaloQuantStrategy",
     "registered_name": "OK HaloQuantStrategy",
 }
 
@@ -45,7 +46,7 @@ def test_bad_timeout() -> None:
 def test_registered_names() -> None:
     from lightning.pytorch.strategies import StrategyRegistry
 
-    import lightning_halo  # noqa: F401  (registers on import)
+    import lightning_halo  # noqa: F401  # registers on import
 
     assert "halo_quant" in StrategyRegistry and "halo_quant_spawn" in StrategyRegistry
     assert StrategyRegistry["halo_quant_spawn"]["init_params"]["start_method"] == "spawn"

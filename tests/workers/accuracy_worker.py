@@ -18,6 +18,7 @@ import lightning as L
 
 from examples.train_cora import GCN
 from tests.support.exit import shutdown
+from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 
 
@@ -49,17 +50,11 @@ def main() -> None:
         L.seed_everything(int(seed), workers=True)
         dm = HaloDataModule("cora", cache_dir=str(Path(args.out) / "cache"))
         model = GCN(dm.num_features, 64, dm.num_classes)
-        trainer = L.Trainer(
+        trainer = quiet_trainer(
+            world_size,
             strategy=HaloQuantStrategy(bits=int(bits), seed=int(seed)),
-            accelerator="cpu",
-            devices=world_size,
             max_epochs=args.epochs,
             limit_val_batches=0,
-            num_sanity_val_steps=0,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-            logger=False,
             callbacks=schedule_callbacks(sched),
         )
         trainer.fit(model, datamodule=dm)

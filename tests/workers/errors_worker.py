@@ -21,6 +21,7 @@ from torch import nn
 from torch_geometric.nn import ChebConv, GCNConv, SAGEConv
 
 from tests.support.exit import shutdown
+from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import awkward_graph
 
@@ -41,6 +42,14 @@ class Module(L.LightningModule):
         out = self(batch.x, batch.edge_index)
         loss = F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
         return None if self.return_none else loss
+
+    def validation_step(self, batch, _):
+        from torchmetrics.functional.classification import multiclass_accuracy
+
+        out = self(batch.x, batch.edge_index)
+        self.log("val_n", float(batch.val_mask.sum()), reduce_fx="sum", sync_dist=True, batch_size=1)
+        if batch.val_mask.any():
+            self.log("val_acc", multiclass_accuracy(out[batch.val_mask], batch.y[batch.val_mask], out.size(1)), batch_size=1)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -87,6 +96,10 @@ def scenario(name: str, world_size: int, cache: str):
             data.edge_index = torch.cat([data.edge_index, torch.tensor([[0], [world_size * 40]])], dim=1)
             dm = HaloDataModule(data, cache_dir=cache)
         module = Module(SAGEConv(d, c))
+    elif name == "empty_masks":  # no validation node anywhere, and one rank without train nodes
+        data.val_mask[:] = False
+        dm = HaloDataModule(data, cache_dir=cache)
+        module = Module(SAGEConv(d, c))
     elif name == "registered_name":
         module = Module(SAGEConv(d, c))
         strategy = "halo_quant"
@@ -104,18 +117,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     for name in args.scenarios:
         module, dm, strategy = scenario(name, world_size, str(Path(args.out) / "cache"))
-        trainer = L.Trainer(
-            strategy=strategy,
-            accelerator="cpu",
-            devices=world_size,
-            max_epochs=2,
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-            logger=False,
-        )
+        val = {} if name == "empty_masks" else {"limit_val_batches": 0}
+        trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=2, **val)
         t0 = time.time()
         try:
             trainer.fit(module, datamodule=dm)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.support.exit import shutdown
+from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
 from tests.support.models import build_any
@@ -136,18 +137,12 @@ def main() -> None:
         strategy = HaloQuantStrategy(bits=args.bits)
         if args.trace:
             _trace(strategy.exchanger, module.rec)
-        trainer = L.Trainer(
+        trainer = quiet_trainer(
+            world_size,
             strategy=strategy,
             callbacks=[*_schedule(args.schedule), EpochBytes(module.rec)],
-            accelerator="cpu",
-            devices=world_size,
             max_epochs=args.steps,
             limit_val_batches=0,
-            num_sanity_val_steps=0,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-            logger=False,
         )
         trainer.fit(module, datamodule=dm)
         ex = trainer.strategy.exchanger
@@ -156,14 +151,7 @@ def main() -> None:
         module.rec["plan"] = {"num_send": ex.plan.num_send, "n_halo": ex.plan.n_halo}
         module.rec["logged"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("halo/")}
         if args.eval:
-            ev = L.Trainer(
-                strategy=HaloQuantStrategy(),
-                accelerator="cpu",
-                devices=world_size,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                logger=False,
-            )
+            ev = quiet_trainer(world_size, strategy=HaloQuantStrategy())
             module.rec["val_acc"] = float(ev.validate(module, datamodule=dm, verbose=False)[0]["val_acc"])
             module.rec["test_acc"] = float(ev.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
             preds = ev.predict(module, datamodule=dm)

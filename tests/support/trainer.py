@@ -1,0 +1,21 @@
+"""A quiet Trainer for the worker scripts (no progress bar, logger, checkpoints or sanity check)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+
+def quiet_trainer(world_size: int, **kwargs: Any) -> L.Trainer:
+    options: dict[str, Any] = dict(
+        accelerator="cpu",
+        devices=world_size,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+    )
+    options.update(kwargs)
+    return L.Trainer(**options)
