@@ -55,10 +55,12 @@ def bench_model(name: str, **kwargs: Any) -> L.LightningModule:
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             out = self(batch.x, batch.edge_index)
             for mask, acc, auc, tag in ((batch.val_mask, self.v_acc, self.v_auc, "val"), (batch.test_mask, self.t_acc, self.t_auc, "test")):
-                acc(out[mask], batch.y[mask])
+                if mask.any():  # a partition may own no val/test node
+                    acc.update(out[mask], batch.y[mask])
+                    if self.binary:
+                        auc.update(out[mask].softmax(-1)[:, 1], batch.y[mask])
                 self.log(f"b_{tag}_acc", acc, batch_size=1)
                 if self.binary:
-                    auc(out[mask].softmax(-1)[:, 1], batch.y[mask])
                     self.log(f"b_{tag}_auroc", auc, batch_size=1)
 
     if name == "gat":
@@ -202,10 +204,12 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
             y = batch.y[: batch.batch_size]
             is_val = batch.input_id < n_val  # input_id indexes the concatenated [val; test] nodes
             for sel, acc, auc, tag in ((is_val, self.v_acc, self.v_auc, "val"), (~is_val, self.t_acc, self.t_auc, "test")):
-                acc(out[sel], y[sel])
+                if sel.any():  # a mini-batch may hold only val or only test nodes; torchmetrics rejects empty input
+                    acc.update(out[sel], y[sel])
+                    if self.binary:
+                        auc.update(out[sel].softmax(-1)[:, 1], y[sel])
                 self.log(f"b_{tag}_acc", acc, batch_size=1)
                 if self.binary:
-                    auc(out[sel].softmax(-1)[:, 1], y[sel])
                     self.log(f"b_{tag}_auroc", auc, batch_size=1)
 
     model = MiniBatch(

@@ -67,7 +67,8 @@ def graph_source(name: str) -> str | Data:
     """What ``HaloDataModule(data=...)`` takes for a benchmark graph name (``sbm`` or ``sbm:<nodes>``)."""
     if name.startswith("sbm"):
         n = int(name.split(":")[1]) if ":" in name else 1_000_000
-        cache = ROOT / "benchmarks" / "results" / "tmp" / f"sbm-{n}.pt"
+        results = Path(os.environ.get("LIGHTNING_HALO_BENCH_RESULTS", ROOT / "benchmarks" / "results"))
+        cache = results / "tmp" / f"sbm-{n}.pt"
         if not cache.is_file():
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -73,20 +74,27 @@ def cell_path(graph: str, nodes: int, rate: str, name: str) -> Path:
     return RESULTS / graph.replace(":", "-") / f"{nodes}n-{rate}" / f"{name}.json"
 
 
-def run_ranks(args: list[str], nodes: int, rate: str, cluster: Optional[Cluster], timeout: float) -> Path:
-    """Run bench_cell.py on ``nodes`` ranks; return the folder holding rank<r>.json."""
+def run_ranks(
+    args: list[str], nodes: int, rate: str, cluster: Optional[Cluster], timeout: float, env: Optional[dict[str, str]] = None
+) -> Path:
+    """Run bench_cell.py on ``nodes`` ranks (with ``env`` added to theirs); return the folder holding rank<r>.json."""
+    env = env or {}
     out = Path(tempfile.mkdtemp(prefix="halo-bench-"))
     cache = os.environ.get("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_cell.py"), *args, "--out", str(out), "--cache-dir", cache]
     if cluster is None:
         from tests.support.launch import check, run_workers  # local processes, torchrun-style
 
-        check(run_workers([*cmd[1:], "--devices", str(nodes)], nodes, timeout=timeout))
+        try:
+            check(run_workers([*cmd[1:], "--devices", str(nodes)], nodes, timeout=timeout, env=env))
+        except AssertionError as err:
+            raise RuntimeError(f"cell failed:\n{err}") from err
         return out
     cluster.ensure(nodes, rate)
     nic = "export GLOO_SOCKET_IFNAME=$(ip -o link | grep -o 'hn[0-9]*' | head -1); "
     line = " ".join(cmd + ["--devices", "1", "--num-nodes", str(nodes)])
-    job = f"cd {ROOT}; {nic}export OMP_NUM_THREADS=1 PYTHONPATH={ROOT}; {line}"
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **env}.items())
+    job = f"cd {ROOT}; {nic}export {exports}; {line}"
     result = subprocess.run(
         [str(testbed()), "exec", "--", "srun", "-J", "halo-bench", f"-N{nodes}", "--ntasks-per-node=1",
          f"--time={int(timeout // 60) + 1}", "bash", "-c", job],
@@ -117,12 +125,13 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         for i, e in enumerate(e0[:n_epochs])
     ]  # fmt: skip
     best = max(curve, key=lambda c: c.get("val_auroc", c.get("val_acc", 0.0)))
-    traffic = [sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in measured]
+    # every epoch after the first (the first also carries warm-up effects): a periodic run sends in its
+    # refresh epochs only, and a short run's timing window may hold none of them
+    traffic = [sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in range(min(1, n_epochs - 1), n_epochs)]
     return {
         "epoch_s": med(step),
         "epoch_s_mean": statistics.fmean(step),
         "breakdown": breakdown,
-        # the mean: a periodic run sends in refresh epochs only, a median would hide that
         "bytes_per_epoch": statistics.fmean(traffic),
         "once_bytes": sum(r["epochs"][0]["once_bytes"] for r in ranks),
         "final": {k: curve[-1][k] for k in curve[-1] if k not in ("epoch", "train_wall_s")},
@@ -137,20 +146,33 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cell(
     graph: str, model: str, bits: int, mode: str, nodes: int, rate: str, epochs: int, cluster: Optional[Cluster],
     force: bool = False, extra: Optional[list[str]] = None, name: Optional[str] = None, timeout: float = 3600,
+    env: Optional[dict[str, str]] = None,
 ) -> dict[str, Any]:
     name = name or f"{model}-b{bits}-{mode}"
     path = cell_path(graph, nodes, rate if cluster else "local", name)
     if path.is_file() and not force:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text())  # done, or failed (rerun with --force)
     args = ["--graph", graph, "--model", model, "--bits", str(bits), "--mode", mode, "--epochs", str(epochs), *(extra or [])]
     t0 = time.time()
-    out = run_ranks(args, nodes, rate, cluster, timeout)
+    try:
+        out = run_ranks(args, nodes, rate, cluster, timeout, env)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        # one failed cell (e.g. out of memory) must not cost the rest of the matrix; it is recorded and reported
+        failed = {"graph": graph, "model": model, "bits": bits, "mode": mode, "nodes": nodes, "rate": rate if cluster else "local",
+                  "epochs": epochs, "cell": name, "failed": str(err)[-4000:], "wall_s": time.time() - t0,
+                  "when": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(failed))
+        print(f"{graph} {nodes}n {failed['rate']} {name}: FAILED ({str(err).strip().splitlines()[-1][:200]})", flush=True)
+        if cluster:  # a crashed job can leave the testbed in a bad state: start it afresh
+            cluster.down()
+        return failed
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     shutil.rmtree(out, ignore_errors=True)
     record = {
         "graph": graph, "model": model, "bits": bits, "mode": mode, "nodes": nodes,
         "rate": rate if cluster else "local", "epochs": epochs, "cell": name,
-        "summary": summarise(ranks), "ranks": ranks, "wall_s": time.time() - t0,
+        "env": env or {}, "summary": summarise(ranks), "ranks": ranks, "wall_s": time.time() - t0,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +214,7 @@ def cmd_matrix(a: argparse.Namespace) -> None:
                 for mode in a.modes:
                     for bits in a.bits:
                         run_cell(graph, model, bits, mode, a.nodes, a.rate, a.epochs, cluster, a.force,
-                                 extra=["--eval-every", str(a.eval_every)])  # fmt: skip
+                                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden)])  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -202,7 +224,7 @@ def cmd_cell(a: argparse.Namespace) -> None:
     cluster = None if a.local else Cluster()
     try:
         run_cell(a.graph[0], a.model, a.bits, a.mode, a.nodes, a.rate, a.epochs, cluster, a.force,
-                 extra=["--eval-every", str(a.eval_every)])  # fmt: skip
+                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden)])  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -224,24 +246,10 @@ def cmd_baselines(a: argparse.Namespace) -> None:
 def cmd_scale(a: argparse.Namespace) -> None:
     """METIS time and peak memory of the generated graph, then training on more and more ranks."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    probe = (
-        "import json,resource,sys,time,torch; sys.path.insert(0, %r)\n"
-        "from benchmarks.graphs import graph_source\n"
-        "from lightning_halo.data import load_graph\n"
-        "from lightning_halo import partition_graph, build_halo_partitions, partition_stats\n"
-        "t=time.time(); d=load_graph(graph_source(%r)); load=time.time()-t\n"
-        "rss0=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "out={'nodes': d.num_nodes, 'edges': d.num_edges, 'load_s': load}\n"
-        "for p in %r:\n"
-        "    t=time.time(); parts=partition_graph(d.edge_index, d.num_nodes, p); tm=time.time()-t\n"
-        "    t=time.time(); hp=build_halo_partitions(d, parts, p); th=time.time()-t\n"
-        "    s=partition_stats(hp); del hp\n"
-        "    out[str(p)]={'metis_s': tm, 'halo_s': th, 'edge_cut': s['edge_cut'], 'halo_rows': s['halo_rows'], 'balance': s['balance']}\n"
-        "out['peak_rss_mb']=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024\n"
-        "out['graph_rss_mb']=rss0/1024\n"
-        "print(json.dumps(out))\n"
-    ) % (str(ROOT), a.graph[0], list(a.ranks))
-    res = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=7200, check=True)
+    cache = os.environ.get("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
+    probe = [sys.executable, str(ROOT / "benchmarks" / "scale_probe.py"), "--graph", a.graph[0], "--cache-dir", cache,
+             "--parts", *map(str, a.ranks)]  # fmt: skip
+    res = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=7200, check=True)
     part = json.loads(res.stdout.strip().splitlines()[-1])
     path = RESULTS / a.graph[0].replace(":", "-") / "partition.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,7 +260,7 @@ def cmd_scale(a: argparse.Namespace) -> None:
         for nodes in a.ranks:
             for bits in a.scale_bits:
                 run_cell(a.graph[0], a.models[0], bits, "sync", nodes, a.rate, a.epochs, cluster, a.force,
-                         extra=["--hidden", str(a.hidden)], timeout=7200)  # fmt: skip
+                         extra=["--hidden", str(a.hidden), "--eval-every", str(a.eval_every)], timeout=7200)  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -260,28 +268,40 @@ def cmd_scale(a: argparse.Namespace) -> None:
 
 def cmd_soak(a: argparse.Namespace) -> None:
     """A long pipelined 1-bit run: resident memory per rank must stay flat and bytes per epoch constant."""
+    # glibc's dynamic mmap threshold moves mid-sized tensors between mmap and the heap, which makes
+    # RSS wander by tens of MB without any leak; a fixed threshold (as with jemalloc/tcmalloc) does not
+    env = {"MALLOC_MMAP_THRESHOLD_": str(a.mmap_threshold)} if a.mmap_threshold else {}
+    name = f"{a.models[0]}-soak{a.epochs}" + ("-mmap" if env else "")
     cluster = None if a.local else Cluster()
     try:
         run_cell(a.graph[0], a.models[0], 1, "pipelined5", a.nodes, a.rate, a.epochs, cluster, a.force,
-                       extra=["--eval-every", "50"], name=f"{a.models[0]}-soak{a.epochs}", timeout=7200)  # fmt: skip
+                 extra=["--eval-every", "50"], name=name, timeout=7200, env=env)  # fmt: skip
     finally:
         if cluster:
             cluster.down()
-    path = cell_path(a.graph[0], a.nodes, a.rate if cluster else "local", f"{a.models[0]}-soak{a.epochs}")
-    ranks = json.loads(path.read_text())["ranks"]
-    report = {"epochs": a.epochs, "ranks": []}
-    for r in ranks:
+    path = cell_path(a.graph[0], a.nodes, a.rate if cluster else "local", name)
+    report = soak_summary(json.loads(path.read_text()))
+    path.with_name(f"{name}-summary.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+def soak_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """Per rank: peak RSS at epoch 20 and at the end, the RSS trend after 20, bytes per epoch range."""
+    report: dict[str, Any] = {"epochs": record["epochs"], "env": record.get("env", {}), "ranks": []}
+    for r in record["ranks"]:
         rss = [e["rss_mb"] for e in r["epochs"]]
         by = [e["fwd_bytes"] + e["bwd_bytes"] for e in r["epochs"][1:]]
-        base = rss[min(20, len(rss) - 1)]
+        k = min(20, len(rss) - 1)
+        # peak RSS (the largest resident size seen so far, sampled at every epoch end) at epoch 20 and at the end
+        peak20, peak = max(rss[: k + 1]), max(rss)
+        tail = rss[k:]
+        slope = statistics.linear_regression(range(len(tail)), tail).slope if len(tail) > 1 else 0.0
         report["ranks"].append({
-            "rank": r["rank"], "rss_at_20_mb": base, "rss_max_after_20_mb": max(rss[20:] or [base]),
-            "growth_after_20": max(rss[20:] or [base]) / base - 1.0, "rss_final_mb": rss[-1],
-            "bytes_per_epoch_min": min(by), "bytes_per_epoch_max": max(by), "peak_rss_mb": r["peak_rss_mb"],
+            "rank": r["rank"], "rss_at_20_mb": rss[k], "peak_rss_at_20_mb": peak20, "peak_rss_final_mb": peak,
+            "growth_after_20": peak / peak20 - 1.0, "rss_trend_mb_per_100_epochs": 100 * slope, "rss_final_mb": rss[-1],
+            "bytes_per_epoch_min": min(by), "bytes_per_epoch_max": max(by), "process_peak_rss_mb": r["peak_rss_mb"],
         })  # fmt: skip
-    out = path.with_name(f"{a.models[0]}-soak{a.epochs}-summary.json")
-    out.write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    return report
 
 
 def cmd_report(a: argparse.Namespace) -> None:
@@ -312,10 +332,13 @@ def main() -> None:
             p.add_argument("--neighbor-epochs", type=int, default=10)
         if name == "report":
             p.add_argument("--page", default=str(ROOT / "docs" / "benchmarks.md"))
+        p.add_argument("--hidden", type=int, default=64 if name == "scale" else 256, help="hidden channels of the model")
         if name == "scale":
             p.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
             p.add_argument("--scale-bits", nargs="+", type=int, default=[32, 1])
-            p.add_argument("--hidden", type=int, default=64)
+        if name == "soak":
+            p.add_argument("--mmap-threshold", type=int, default=0,
+                           help="fix glibc's mmap threshold (MALLOC_MMAP_THRESHOLD_) for the ranks; 0 keeps the default")  # fmt: skip
     a = parser.parse_args()
     if a.cmd == "cell":
         a.bits = a.bits[0] if len(a.bits) == 1 else 32

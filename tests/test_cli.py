@@ -29,7 +29,7 @@ def cli(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.Complete
     env.pop("SLURM_NTASKS", None)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(key, None)
-    return subprocess.run([exe, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([exe, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def data_override(config: Path) -> list[str]:
@@ -124,7 +124,7 @@ def test_torchrun_launch_equals_lightning_launch(tmp_path: Path) -> None:
         env.pop(key, None)
     tr = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node=2", "--no-python", exe, *args(tmp_path / "torchrun")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,  # the CLI saves config.yaml to cwd
     )
     assert tr.returncode == 0, tr.stdout[-3000:] + tr.stderr[-3000:]
     ref = cli(*args(tmp_path / "lightning"), tmp_path=tmp_path)
