@@ -53,7 +53,7 @@ def bench_model(name: str, **kwargs: Any) -> L.LightningModule:
             self.v_auc, self.t_auc = BinaryAUROC(), BinaryAUROC()
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
-            out = self(batch.x, batch.edge_index)
+            out = self(batch.x, self.adjacency(batch))
             for mask, acc, auc, tag in ((batch.val_mask, self.v_acc, self.v_auc, "val"), (batch.test_mask, self.t_acc, self.t_auc, "test")):
                 if mask.any():  # a partition may own no val/test node
                     acc.update(out[mask], batch.y[mask])
@@ -144,7 +144,7 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
     dm = HaloDataModule(graph_source(args.graph), cache_dir=args.cache_dir)
     model = bench_model(
         args.model, in_channels=dm.num_features, out_channels=dm.num_classes, hidden_channels=args.hidden,
-        num_layers=args.layers, lr=args.lr, dropout=args.dropout,
+        num_layers=args.layers, lr=args.lr, dropout=args.dropout, **({"sparse": True} if args.sparse else {}),
     )  # fmt: skip
     probe = Probe()
     callbacks: list[L.Callback] = [probe]
@@ -271,6 +271,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--sparse", action="store_true", help="layers aggregate on a sparse adjacency (fused spmm)")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--batch-size", type=int, default=1024)

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,10 +147,10 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cell(
     graph: str, model: str, bits: int, mode: str, nodes: int, rate: str, epochs: int, cluster: Optional[Cluster],
     force: bool = False, extra: Optional[list[str]] = None, name: Optional[str] = None, timeout: float = 3600,
-    env: Optional[dict[str, str]] = None,
+    env: Optional[dict[str, str]] = None, label: Optional[str] = None,
 ) -> dict[str, Any]:
     name = name or f"{model}-b{bits}-{mode}"
-    path = cell_path(graph, nodes, rate if cluster else "local", name)
+    path = cell_path(label or graph, nodes, rate if cluster else "local", name)
     if path.is_file() and not force:
         return json.loads(path.read_text())  # done, or failed (rerun with --force)
     args = ["--graph", graph, "--model", model, "--bits", str(bits), "--mode", mode, "--epochs", str(epochs), *(extra or [])]
@@ -185,7 +186,7 @@ def run_cell(
     return record
 
 
-def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False) -> dict[str, Any]:
+def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False, extra: Sequence[str] = ()) -> dict[str, Any]:
     """One process, full graph, no halo strategy, one thread: accuracy and compute-only epoch time."""
     path = cell_path(graph, 1, "local", f"{model}-single")
     if path.is_file() and not force:
@@ -195,7 +196,7 @@ def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
         env.pop(key, None)
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_cell.py"), "--graph", graph, "--model", model,
-           "--baseline", "single", "--epochs", str(epochs), "--out", str(out)]  # fmt: skip
+           "--baseline", "single", "--epochs", str(epochs), "--out", str(out), *extra]  # fmt: skip
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=7200)
     ranks = [json.loads((out / "rank0.json").read_text())]
     record = {"graph": graph, "model": model, "baseline": "single", "nodes": 1, "epochs": epochs,
@@ -206,7 +207,13 @@ def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False
     return record
 
 
+def _sparse(a: argparse.Namespace) -> list[str]:
+    return ["--sparse"] if getattr(a, "sparse", False) else []
+
+
 def cmd_matrix(a: argparse.Namespace) -> None:
+    if a.label and len(a.graph) > 1:
+        raise SystemExit("--label names the results folder of one graph; pass one --graph")
     cluster = None if a.local else Cluster()
     try:
         for graph in a.graph:
@@ -214,7 +221,8 @@ def cmd_matrix(a: argparse.Namespace) -> None:
                 for mode in a.modes:
                     for bits in a.bits:
                         run_cell(graph, model, bits, mode, a.nodes, a.rate, a.epochs, cluster, a.force,
-                                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden)])  # fmt: skip
+                                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden), *_sparse(a)],
+                                 label=a.label)  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -224,7 +232,7 @@ def cmd_cell(a: argparse.Namespace) -> None:
     cluster = None if a.local else Cluster()
     try:
         run_cell(a.graph[0], a.model, a.bits, a.mode, a.nodes, a.rate, a.epochs, cluster, a.force,
-                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden)])  # fmt: skip
+                 extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden), *_sparse(a)], label=a.label)  # fmt: skip
     finally:
         if cluster:
             cluster.down()
@@ -235,7 +243,7 @@ def cmd_baselines(a: argparse.Namespace) -> None:
     try:
         for graph in a.graph:
             for model in a.models:
-                run_single_baseline(graph, model, a.epochs, a.force)
+                run_single_baseline(graph, model, a.epochs, a.force, extra=_sparse(a))
                 run_cell(graph, model, 32, "sync", a.nodes, a.rate, a.neighbor_epochs, cluster, a.force,
                          extra=["--baseline", "neighbor"], name=f"{model}-neighbor")  # fmt: skip
     finally:
@@ -333,6 +341,13 @@ def main() -> None:
         if name == "report":
             p.add_argument("--page", default=str(ROOT / "docs" / "benchmarks.md"))
         p.add_argument("--hidden", type=int, default=64 if name == "scale" else 256, help="hidden channels of the model")
+        if name in ("matrix", "cell"):
+            p.add_argument("--label", default=None,
+                           help="results folder (and report section) instead of the graph name, e.g. sbm-h256 for runs at "
+                                "another hidden size")  # fmt: skip
+        if name in ("matrix", "cell", "baselines"):
+            p.add_argument("--sparse", action="store_true",
+                           help="models aggregate on lightning_halo.sparse_adjacency (fused spmm, no [edges, d] messages)")  # fmt: skip
         if name == "scale":
             p.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
             p.add_argument("--scale-bits", nargs="+", type=int, default=[32, 1])

@@ -15,7 +15,7 @@ from lightning_halo.exchange import (
     supported_layers,
     unsupported_layers,
 )
-from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
+from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats, sparse_adjacency
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.strategy import HaloQuantStrategy
 
@@ -39,6 +39,7 @@ __all__ = [
     "partition_graph",
     "partition_stats",
     "register_layer",
+    "sparse_adjacency",
     "supported_layers",
     "unsupported_layers",
 ]

@@ -28,11 +28,12 @@ def test_one_cell_and_report(tmp_path: Path) -> None:
     env, harness = _harness(tmp_path)
     cell = subprocess.run(
         [*harness, "cell", "--graph", "cora", "--model", "sage", "--bits", "2", "--mode", "pipelined5", "--epochs", "5",
-         "--nodes", "2", "--local"],
+         "--nodes", "2", "--local", "--sparse", "--label", "cora-sparse"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert cell.returncode == 0, cell.stdout[-3000:] + cell.stderr[-3000:]
-    rec = json.loads((tmp_path / "results" / "cora" / "2n-local" / "sage-b2-pipelined5.json").read_text())
+    rec = json.loads((tmp_path / "results" / "cora-sparse" / "2n-local" / "sage-b2-pipelined5.json").read_text())
+    assert rec["graph"] == "cora" and all(r["config"]["sparse"] for r in rec["ranks"])
     s = rec["summary"]
     assert len(rec["ranks"]) == 2 and len(s["curve"]) == 5
     assert s["bytes_per_epoch"] > 0 and s["epoch_s"] > 0 and 0 < s["final"]["test_acc"] <= 1

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 from torch_geometric.nn import MessagePassing
-from torch_geometric.utils import add_remaining_self_loops, scatter
+from torch_geometric.utils import add_remaining_self_loops, scatter, to_edge_index, to_torch_csr_tensor
 
 #: How a layer is fed on a partition:
 #:
@@ -241,6 +241,8 @@ class LayerHook:
                 f"got {type(x).__name__}"
             )
         arguments["x"] = new_x
+        n_src = (new_x[0] if isinstance(new_x, tuple) else new_x).size(0)
+        self._check_adjacency(arguments["edge_index"], n_inner, n_src)
         restore_normalize: Optional[bool] = None
         if self.kind == "gcn" and getattr(module, "normalize", False):
             ei, ew = self._global_gcn_norm(module, arguments["edge_index"], arguments.get("edge_weight"), n_inner, x_full)
@@ -262,6 +264,16 @@ class LayerHook:
         return None
 
     # -- helpers --------------------------------------------------------------------------
+    def _check_adjacency(self, edge_index: Any, n_inner: int, n_src: int) -> None:
+        """A sparse adjacency must map the partition's sources (inner + halo) to its inner nodes."""
+        sparse = isinstance(edge_index, Tensor) and edge_index.layout != torch.strided
+        if sparse and tuple(edge_index.shape) != (n_inner, n_src):
+            raise ValueError(
+                f"layer '{self.name}' got a sparse adjacency of shape {tuple(edge_index.shape)}, but on this "
+                f"partition it must be [n_inner, n_inner + n_halo] = [{n_inner}, {n_src}] (targets x sources). "
+                "Build it with lightning_halo.sparse_adjacency(batch)."
+            )
+
     def _check_rows(self, x: Tensor, n_inner: int, what: str) -> None:
         if x.size(0) != n_inner:
             raise ValueError(
@@ -272,14 +284,25 @@ class LayerHook:
 
     def _global_gcn_norm(
         self, module: Module, edge_index: Tensor, edge_weight: Optional[Tensor], n_inner: int, x_full: Tensor
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """GCN's normalisation with every degree counted over the whole graph.
+
+        Returns ``(edge_index, edge_weight)``, or ``(normalised adjacency, None)`` for a sparse one.
 
         An inner node's in-degree is complete locally (its partition holds all its in-edges);
         a halo node's is not, so its owner sends it (one exact exchange, then cached).
         """
         if not isinstance(edge_index, Tensor) or edge_index.dim() != 2:
-            raise UnsupportedLayerError(f"layer '{self.name}': only a [2, E] edge_index tensor is supported, not a SparseTensor.")
+            raise UnsupportedLayerError(
+                f"layer '{self.name}': edge_index must be a [2, E] tensor or a torch.sparse adjacency "
+                f"(lightning_halo.sparse_adjacency), got {type(edge_index).__name__}."
+            )
+        sparse = edge_index.layout != torch.strided
+        if sparse and edge_weight is not None:
+            raise ValueError(
+                f"layer '{self.name}': with a sparse adjacency the edge weights are its values; "
+                "drop the edge_weight argument (PyG ignores it in this case too)."
+            )
         if edge_weight is not None and edge_weight.requires_grad:
             raise UnsupportedLayerError(
                 f"layer '{self.name}': learned edge weights with normalize=True would need gradients of remote "
@@ -296,9 +319,21 @@ class LayerHook:
             if hit[3] == ew_version:
                 return hit[4], hit[5]
         n_local = x_full.size(0)
-        ei, ew = edge_index, edge_weight
-        if self_loops:
-            ei, ew = add_remaining_self_loops(ei, ew, 2.0 if improved else 1.0, n_local)
+        fill = 2.0 if improved else 1.0
+        if sparse:
+            # PyG's gcn_norm on a torch.sparse adjacency adds a self-loop to every node even where one
+            # exists (add_self_loops, not add_remaining_self_loops): follow it, so that the result
+            # equals the user's single-process run with the same adjacency.
+            adj_ei, ew = to_edge_index(edge_index)  # [target, source]
+            ei = adj_ei.flip(0)
+            if self_loops:
+                loop = torch.arange(n_inner, device=ei.device)
+                ei = torch.cat([ei, torch.stack([loop, loop])], dim=1)
+                ew = torch.cat([ew, ew.new_full((n_inner,), fill)])
+        else:
+            ei, ew = edge_index, edge_weight
+            if self_loops:
+                ei, ew = add_remaining_self_loops(ei, ew, fill, n_local)
         if ew is None:
             ew = torch.ones(ei.size(1), dtype=dtype, device=ei.device)
         ew = ew.to(dtype)
@@ -309,6 +344,8 @@ class LayerHook:
         dis = deg.pow(-0.5)
         dis.masked_fill_(torch.isinf(dis), 0.0)
         norm = dis[ei[0]] * ew * dis[ei[1]]
+        if sparse:  # back to the layout the layer was given; coalescing sums a loop into an existing one
+            ei, norm = to_torch_csr_tensor(ei.flip(0), norm, size=(n_inner, n_local)), None
         if len(ex.aux_cache) > 16:  # bounded: a new edge set every step must not grow memory
             ex.aux_cache.pop(next(iter(ex.aux_cache)))
         ex.aux_cache[key] = (edge_index, edge_index._version, edge_weight, ew_version, ei, norm)

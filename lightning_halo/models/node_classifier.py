@@ -33,6 +33,13 @@ class NodeClassifier(pl.LightningModule):
             ``"layer"`` (node-wise LayerNorm, exact on partitions). (default: ``None``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        sparse (bool, optional): run the layers on a sparse adjacency
+            (:func:`~lightning_halo.sparse_adjacency`, built once and cached) instead of
+            ``edge_index``, so PyG aggregates with one fused sparse-dense product instead of
+            an ``[E, d]`` message tensor. Same result; far less memory when the first layer
+            aggregates wide input features (GraphSAGE, GIN on bag-of-words features). Not
+            for attention layers (GAT), which need one coefficient per edge anyway.
+            (default: ``False``)
 
     Example:
         >>> model = GCN(in_channels=1433, out_channels=7, hidden_channels=64)
@@ -48,6 +55,7 @@ class NodeClassifier(pl.LightningModule):
         norm: Norm = None,
         lr: float = 0.01,
         weight_decay: float = 5e-4,
+        sparse: bool = False,
     ) -> None:
         super().__init__()
         if out_channels < 2:
@@ -56,6 +64,8 @@ class NodeClassifier(pl.LightningModule):
             raise ValueError(f"norm must be None, 'batch' or 'layer', got {norm!r}")
         self.save_hyperparameters()
         self.gnn = self.build_gnn()
+        self._reduce = self._aggregation() if sparse else "sum"
+        self._adj_cache: Optional[tuple[Tensor, int, torch.dtype, Tensor]] = None
         self.val_acc = MulticlassAccuracy(out_channels, average="micro")
         self.test_acc = MulticlassAccuracy(out_channels, average="micro")
         self.binary = out_channels == 2
@@ -88,13 +98,45 @@ class NodeClassifier(pl.LightningModule):
             kwargs.update(norm="batch")
         return kwargs
 
+    def _aggregation(self) -> str:
+        """The one aggregation all layers use, as :func:`sparse_adjacency`'s ``reduce``."""
+        from torch_geometric.nn import MessagePassing
+
+        aggrs = {getattr(m, "aggr", None) for m in self.gnn.modules() if isinstance(m, MessagePassing)}
+        aggrs = {"sum" if a == "add" else a for a in aggrs}
+        if len(aggrs) != 1 or not aggrs <= {"sum", "mean", "max", "min"}:
+            raise ValueError(
+                f"sparse=True needs every layer to aggregate with one of sum/mean/max/min, found {sorted(map(str, aggrs))}; "
+                "use sparse=False"
+            )
+        return aggrs.pop()
+
+    def adjacency(self, batch: Any) -> Tensor:
+        """What the layers get as ``edge_index``: ``batch.edge_index``, or its cached sparse form.
+
+        With ``sparse=True`` this is :func:`~lightning_halo.sparse_adjacency` of the batch,
+        built on the first call and reused while ``batch.edge_index`` is the same, unchanged
+        tensor (the partition is the same object every epoch).
+        """
+        if not self.hparams.get("sparse", False):
+            return batch.edge_index
+        from lightning_halo.partition.adjacency import sparse_adjacency
+
+        ei, dtype = batch.edge_index, batch.x.dtype
+        hit = self._adj_cache
+        if hit is not None and hit[0] is ei and hit[1] == ei._version and hit[2] == dtype:
+            return hit[3]
+        adj = sparse_adjacency(batch, reduce=self._reduce, dtype=dtype)  # type: ignore[arg-type]
+        self._adj_cache = (ei, ei._version, dtype, adj)
+        return adj
+
     @override
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         return self.gnn(x, edge_index)
 
     @override
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        out = self(batch.x, batch.edge_index)
+        out = self(batch.x, self.adjacency(batch))
         mask = batch.train_mask
         loss = F.cross_entropy(out[mask], batch.y[mask])
         # global mean for the log: every rank contributes its share n_r / N (0 without train nodes)
@@ -104,7 +146,7 @@ class NodeClassifier(pl.LightningModule):
         return loss
 
     def _evaluate(self, batch: Any, mask: Tensor, acc: MulticlassAccuracy, prefix: str) -> None:
-        out = self(batch.x, batch.edge_index)
+        out = self(batch.x, self.adjacency(batch))
         acc(out[mask], batch.y[mask])
         self.log(f"{prefix}_acc", acc, prog_bar=prefix == "val", batch_size=1)
         if self.binary:
@@ -123,7 +165,7 @@ class NodeClassifier(pl.LightningModule):
     @override
     def predict_step(self, batch: Any, batch_idx: int) -> tuple[Tensor, Tensor]:
         """``(global node ids, logits)`` of this rank's nodes."""
-        out = self(batch.x, batch.edge_index)
+        out = self(batch.x, self.adjacency(batch))
         ids = batch.inner_global_id if hasattr(batch, "inner_global_id") else torch.arange(out.size(0), device=out.device)
         return ids, out
 
@@ -142,6 +184,8 @@ _ARGS = """
         norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        sparse (bool, optional): aggregate with a fused sparse-dense product on a cached
+            sparse adjacency instead of per-edge messages. (default: ``False``)
 """
 
 
@@ -201,7 +245,7 @@ class GAT(NodeClassifier):
         if hidden_channels % heads:
             raise ValueError(f"hidden_channels={hidden_channels} must be divisible by heads={heads}")
         self._heads = heads
-        super().__init__(in_channels, out_channels, hidden_channels, num_layers, dropout, norm, lr, weight_decay)
+        super().__init__(in_channels, out_channels, hidden_channels, num_layers, dropout, norm, lr, weight_decay, sparse=False)
 
     pyg_model = "GAT"
 

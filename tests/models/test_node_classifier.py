@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import lightning as L
 import pytest
 import torch
@@ -48,3 +50,36 @@ def test_bad_arguments() -> None:
         GAT(in_channels=4, out_channels=3, hidden_channels=10, heads=4)
     with pytest.raises(NotImplementedError, match="pyg_model"):
         NodeClassifier(in_channels=4, out_channels=3)
+
+
+@pytest.mark.parametrize("cls", [GraphSAGE, GIN, GCN])
+def test_sparse_adjacency_trains_to_the_same_parameters(cls, tmp_path) -> None:
+    """sparse=True (fused spmm on a cached adjacency) is the same model as the edge-list path."""
+    data = awkward_graph(1, dtype=torch.float64)  # repeated edges and self-loops
+    if cls is GCN:  # PyG adds self-loops differently for the two inputs; compare on a loop-free graph
+        data.edge_index = data.edge_index[:, data.edge_index[0] != data.edge_index[1]]
+    params = []
+    for sparse in (False, True):
+        L.seed_everything(0)
+        dm = HaloDataModule(data, cache_dir=str(tmp_path / str(sparse)))
+        model = cls(in_channels=dm.num_features, out_channels=dm.num_classes, hidden_channels=16, sparse=sparse).double()
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        trainer.fit(model, datamodule=dm)
+        params.append(dict(model.named_parameters()))
+    for name, p in params[0].items():
+        torch.testing.assert_close(params[1][name], p, atol=1e-10, rtol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_sparse_adjacency_is_cached_until_edges_change() -> None:
+    data = awkward_graph(1, dtype=torch.float32)
+    model = GraphSAGE(in_channels=data.num_features, out_channels=3, sparse=True)
+    adj = model.adjacency(data)
+    assert adj.layout == torch.sparse_csr and model.adjacency(data) is adj
+    # SAGE aggregates with mean: each row of values sums to its count of distinct in-neighbours
+    distinct = torch.bincount(torch.unique(data.edge_index.t(), dim=0)[:, 1], minlength=data.num_nodes).float()
+    torch.testing.assert_close(adj.to_dense().sum(1), distinct)
+    data.edge_index[0, 0] = (int(data.edge_index[0, 0]) + 1) % data.num_nodes  # in-place edit: rebuilt
+    assert model.adjacency(data) is not adj
+    assert GraphSAGE(in_channels=4, out_channels=3).adjacency(data) is data.edge_index  # default: the edge list
+    assert "sparse" not in inspect.signature(GAT).parameters  # attention needs per-edge coefficients anyway

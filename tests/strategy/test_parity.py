@@ -25,3 +25,16 @@ def test_parity_with_single_process_pyg(world_size: int, tmp_path) -> None:
     if world_size > 1:
         recs = load_records("gcn:2:awkward", world_size, tmp_path)
         assert any(r["n_train"] == 0 for r in recs), "the generated graph must leave one rank without train nodes"
+
+
+SPARSE_CONFIGS = [f"{kind}:2:{graph}" for graph in ("cora", "awkward") for kind in ("gcn", "sage", "gin")]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_parity_with_sparse_adjacency(world_size: int, tmp_path) -> None:
+    """Layers fed lightning_halo.sparse_adjacency(batch) (fused spmm) equal single-process PyG
+    on the graph's sparse adjacency; the awkward graph has repeated edges and self-loops."""
+    run_parity(SPARSE_CONFIGS, world_size, tmp_path, extra=["--sparse"])
+    for config in SPARSE_CONFIGS:
+        assert_parity(config, world_size, tmp_path, sparse=True)

@@ -77,6 +77,12 @@ def _call(fn: Callable[[], object]) -> Callable[[], object]:
     return fn
 
 
+def _sparse_adjacency(**kwargs) -> object:
+    from lightning_halo import sparse_adjacency
+
+    return sparse_adjacency(good_graph(), **kwargs)
+
+
 def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
     from torch_geometric.nn import ChebConv, MessagePassing, SAGEConv
 
@@ -89,7 +95,28 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         def forward(self, x, edge_index):
             return self.propagate(edge_index, x=x)
 
+    def wrong_shape_adjacency() -> object:
+        from lightning_halo import sparse_adjacency
+        from lightning_halo.exchange.layers import LayerHook
+
+        class OneHaloRow:  # a rank owning 3 nodes whose halo holds 1 row
+            aux_cache: dict = {}
+            active = True
+
+            def inner_rows(self) -> int:
+                return 3
+
+            def fetch(self, x_inner: torch.Tensor, layer: str) -> torch.Tensor:
+                return x_inner.new_zeros(1, x_inner.size(1))
+
+        conv = SAGEConv(2, 2)
+        LayerHook(conv, "conv1", "bipartite", OneHaloRow()).install()  # type: ignore[arg-type]
+        square = sparse_adjacency(Data(edge_index=torch.tensor([[0, 3], [1, 2]]), num_nodes=4))  # whole graph: 4 x 4
+        return conv(torch.randn(3, 2), square)
+
     return [
+        ("sparse adjacency of the wrong shape", wrong_shape_adjacency, "must be [n_inner, n_inner + n_halo] = [3, 4]"),
+        ("unknown reduce of sparse_adjacency", lambda: _sparse_adjacency(reduce="add"), "reduce must be 'sum', 'mean'"),
         ("unknown bundled dataset name", lambda: load_graph("pubmed-offline"), "neither an existing file nor a bundled"),
         ("unsupported bits", lambda: HaloQuantStrategy(bits=3), "choose one of (1, 2, 4, 8, 16, 32)"),
         ("non-positive halo_timeout", lambda: HaloQuantStrategy(halo_timeout=0), "halo_timeout must be positive"),

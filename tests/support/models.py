@@ -9,6 +9,18 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 LAYERS = ("gcn", "sage", "gat", "gin")
 
+#: Aggregation of each main model's layers: the ``reduce`` of its sparse adjacency.
+REDUCE = {"gcn": "sum", "sage": "mean", "gin": "sum"}
+
+
+def edges_for(kind: str, data, sparse: bool):
+    """What the net gets as ``edge_index``: the edge list, or the sparse adjacency of ``data``."""
+    if not sparse:
+        return data.edge_index
+    from lightning_halo import sparse_adjacency
+
+    return sparse_adjacency(data, reduce=REDUCE[kind])
+
 
 def make_conv(kind: str, d_in: int, d_out: int, last: bool) -> nn.Module:
     if kind == "gcn":
@@ -47,13 +59,14 @@ def build_net(
     return Net(kind, depth, d_in, hidden, n_cls).to(dtype)
 
 
-def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01) -> dict[str, object]:
+def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=None) -> dict[str, object]:
     """Single-process plain PyG: logits, loss and gradients at step 0, parameters after ``steps``."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     rec: dict[str, object] = {}
+    edges = data.edge_index if edge_index is None else edge_index
     for step in range(steps):
         opt.zero_grad()
-        out = net(data.x, data.edge_index, data.get("edge_attr"))
+        out = net(data.x, edges, data.get("edge_attr"))
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         if step == 0:

@@ -9,7 +9,7 @@ import torch
 
 from tests.support.graphs import graph_by_name
 from tests.support.launch import check, run_workers
-from tests.support.models import build_any, reference_run
+from tests.support.models import build_any, edges_for, reference_run
 
 TOL = dict(atol=1e-8, rtol=1e-7)  # float64: far tighter than the required 1e-5
 
@@ -40,11 +40,16 @@ def assemble(recs: list[dict], num_nodes: int) -> tuple[torch.Tensor, float]:
     return out, loss
 
 
-def assert_parity(config: str, world_size: int, out: Path, steps: int = 5) -> list[dict]:
-    """Logits, loss, gradients after one step and parameters after the run equal the reference."""
+def assert_parity(config: str, world_size: int, out: Path, steps: int = 5, sparse: bool = False) -> list[dict]:
+    """Logits, loss, gradients after one step and parameters after the run equal the reference.
+
+    With ``sparse`` the reference is single-process PyG on the same kind of input: the
+    graph's sparse adjacency.
+    """
     kind, depth, graph = config.split(":")
     data = graph_by_name(graph, world_size)
-    ref = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps)
+    edges = edges_for(kind, data, sparse)
+    ref = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps, edge_index=edges)
     recs = load_records(config, world_size, out)
     logits, loss = assemble(recs, data.num_nodes)
     assert not torch.isnan(logits).any(), f"{config}: some node's logits were produced by no rank"

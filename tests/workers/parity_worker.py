@@ -20,13 +20,14 @@ from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
-from tests.support.models import build_any
+from tests.support.models import build_any, edges_for
 
 
 class Recorder(L.LightningModule):
-    def __init__(self, net: torch.nn.Module) -> None:
+    def __init__(self, net: torch.nn.Module, kind: str = "", sparse: bool = False) -> None:
         super().__init__()
         self.net = net
+        self.kind, self.sparse = kind, sparse
         self.rec: dict[str, object] = {}
         n_cls = int(getattr(net, "n_cls", 0)) or 2
         from torchmetrics.classification import MulticlassAccuracy
@@ -34,8 +35,11 @@ class Recorder(L.LightningModule):
         self.val_acc = MulticlassAccuracy(n_cls, average="micro")
         self.test_acc = MulticlassAccuracy(n_cls, average="micro")
 
+    def _edges(self, batch):
+        return edges_for(self.kind, batch, self.sparse)
+
     def training_step(self, batch, _):
-        out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
         loss = F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
         if self.global_step == 0:
             self.rec["out0"] = out.detach().clone()
@@ -53,7 +57,7 @@ class Recorder(L.LightningModule):
 
     # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
     def _eval(self, batch, mask, metric, name):
-        out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
         metric(out[mask], batch.y[mask])
         self.log(name, metric, batch_size=1)
 
@@ -64,7 +68,7 @@ class Recorder(L.LightningModule):
         self._eval(batch, batch.test_mask, self.test_acc, "test_acc")
 
     def predict_step(self, batch, _):
-        out = self.net(batch.x, batch.edge_index, batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
         return batch.inner_global_id, out
 
     def configure_optimizers(self):
@@ -124,6 +128,7 @@ def main() -> None:
     parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | sync")
     parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
+    parser.add_argument("--sparse", action="store_true", help="feed the layers lightning_halo.sparse_adjacency(batch)")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -132,7 +137,7 @@ def main() -> None:
         kind, depth, graph = config.split(":")
         data = graph_by_name(graph, world_size)
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
-        module = Recorder(net)
+        module = Recorder(net, kind, args.sparse)
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(bits=args.bits)
         if args.trace:
