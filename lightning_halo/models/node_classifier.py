@@ -38,8 +38,8 @@ class NodeClassifier(pl.LightningModule):
             ``edge_index``, so PyG aggregates with one fused sparse-dense product instead of
             an ``[E, d]`` message tensor. Same result; far less memory when the first layer
             aggregates wide input features (GraphSAGE, GIN on bag-of-words features). Not
-            for attention layers (GAT), which need one coefficient per edge anyway.
-            (default: ``False``)
+            for attention layers (GAT), which need one coefficient per edge anyway, nor
+            with 16-bit precision (refused at setup). (default: ``False``)
 
     Example:
         >>> model = GCN(in_channels=1433, out_channels=7, hidden_channels=64)
@@ -110,6 +110,16 @@ class NodeClassifier(pl.LightningModule):
                 "use sparse=False"
             )
         return aggrs.pop()
+
+    @override
+    def setup(self, stage: str) -> None:
+        precision = str(getattr(self.trainer, "precision", "32-true"))
+        if self.hparams.get("sparse", False) and "16" in precision:
+            # torch.sparse.mm has no bfloat16/float16 reduce kernels and needs both operands in one dtype
+            raise ValueError(
+                f"sparse=True cannot run with precision={precision!r}: torch's sparse-dense product has no 16-bit "
+                "kernels for it. Use precision='32-true', or sparse=False."
+            )
 
     def adjacency(self, batch: Any) -> Tensor:
         """What the layers get as ``edge_index``: ``batch.edge_index``, or its cached sparse form.

@@ -38,7 +38,9 @@ def sparse_adjacency(data: Any, reduce: Reduce = "sum", dtype: Optional[torch.dt
         \end{cases}
 
     with :math:`m_{ij}` the multiplicity of edge :math:`j \to i` and :math:`\deg_i` the
-    in-degree counted with repeats. Without repeated edges every value is 1.
+    in-degree counted with repeats. Without repeated edges every value is 1. The features must
+    have the values' dtype (32 or 64 bit): torch's sparse-dense product has no 16-bit kernels
+    for these reductions, so mixed precision needs the ``edge_index`` path.
 
     Args:
         data (Data or HaloPartition): the graph (needs ``edge_index`` and ``x`` or ``num_nodes``).

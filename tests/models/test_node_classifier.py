@@ -83,3 +83,12 @@ def test_sparse_adjacency_is_cached_until_edges_change() -> None:
     assert model.adjacency(data) is not adj
     assert GraphSAGE(in_channels=4, out_channels=3).adjacency(data) is data.edge_index  # default: the edge list
     assert "sparse" not in inspect.signature(GAT).parameters  # attention needs per-edge coefficients anyway
+
+
+def test_sparse_adjacency_refuses_16_bit_precision(tmp_path) -> None:
+    dm = HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path))
+    model = GraphSAGE(in_channels=dm.num_features, out_channels=dm.num_classes, sparse=True)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, precision="bf16-mixed")  # fmt: skip
+    with pytest.raises(ValueError, match="sparse=True cannot run with precision='bf16-mixed'"):
+        trainer.fit(model, datamodule=dm)
