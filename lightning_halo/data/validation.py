@@ -67,8 +67,9 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     ei = data.get("edge_index")
     if not isinstance(ei, Tensor):
         raise GraphValidationError(
-            f"{source} has no `edge_index`; set data.edge_index to an int64 tensor [2, num_edges] "
-            "(SparseTensor adjacencies are not supported)."
+            f"{source} has no `edge_index`; set data.edge_index to an int64 tensor [2, num_edges]. An adjacency "
+            "such as `adj_t` (T.ToSparseTensor) cannot be partitioned: keep edge_index and build the partition's "
+            "sparse adjacency in the step with lightning_halo.sparse_adjacency(batch)."
         )
     if ei.dim() != 2 or ei.size(0) != 2:
         raise GraphValidationError(
