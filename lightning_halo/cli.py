@@ -65,9 +65,11 @@ def partition_main(argv: list[str]) -> int:
 
     stats = partition_stats(parts)
     feature_bytes = parts[0].x.element_size()
+    stored = all("halo_x" in p for p in parts)
     traffic = {
         bits: predict_traffic(
-            stats["halo_rows"], dm.num_features, args.hidden, args.layers, bits, feature_bytes=feature_bytes, gcn=args.gcn
+            stats["halo_rows"], dm.num_features, args.hidden, args.layers, bits, feature_bytes=feature_bytes, gcn=args.gcn,
+            input_stored=stored,
         )
         for bits in BITS
     }
@@ -86,8 +88,13 @@ def partition_main(argv: list[str]) -> int:
         sent = t["fwd_per_epoch"] + t["bwd_per_epoch"]
         ratio = f"{t['fp32_per_epoch'] / sent:.1f}x" if sent else "-"
         print(f"{bits:>6} {t['fwd_per_epoch'] / 1e6:>12.4f} {t['bwd_per_epoch'] / 1e6:>12.4f} {ratio:>9}")
-    once = traffic[32]["input_once"] + traffic[32]["aux_once"]
-    print(f"plus once: input-feature halo {once / 1e6:.3f} MB (full precision)")
+    if stored:
+        halo_mb = stats["halo_rows"] * dm.num_features * feature_bytes / 1e6
+        print(f"input features of the halo: stored in the partitions ({halo_mb:.3f} MB in all), not exchanged")
+    else:
+        print(f"plus once: input-feature halo {traffic[32]['input_once'] / 1e6:.3f} MB (full precision)")
+    if args.gcn:
+        print(f"plus once: GCN degrees of the halo {traffic[32]['aux_once'] / 1e6:.3f} MB")
     print(f"cached in {dm._cache(args.num_parts).dir}")
     return 0
 

@@ -18,7 +18,7 @@ from torch_geometric.data import Data
 from lightning_halo.partition.halo_partition import HaloPartition
 
 #: Bumped whenever the layout of a cached partition changes, so old caches are not reused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: partitions carry halo_x and x_digest
 
 
 class CacheCorruptError(RuntimeError):

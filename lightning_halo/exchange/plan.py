@@ -64,12 +64,14 @@ def predict_traffic(
     grad_bits: Optional[int] = None,
     feature_bytes: int = 4,
     gcn: bool = False,
+    input_stored: bool = True,
 ) -> dict[str, int]:
     r"""Bytes a model of ``layers`` message-passing layers moves, summed over all ranks.
 
-    Layer 1 reads the input features: their halo (``halo_rows`` rows of ``num_features``
-    values of ``feature_bytes`` bytes) travels once, raw. Every later layer reads ``hidden``
-    columns: each training epoch sends ``halo_rows`` rows forward and the same number of
+    Layer 1 reads the input features. Partitions carry their halo's input features
+    (``halo_x``), so nothing travels for them; with ``input_stored=False`` (``batch.x``
+    changed after partitioning) their halo (``halo_rows`` rows of ``num_features`` values of
+    ``feature_bytes`` bytes) travels once, raw. Every later layer reads ``hidden`` columns: each training epoch sends ``halo_rows`` rows forward and the same number of
     gradient rows backward, each :func:`~lightning_halo.quant.row_nbytes` long. GCN-style
     layers also exchange one degree per halo row once (``aux``).
 
@@ -85,6 +87,6 @@ def predict_traffic(
         "fwd_per_epoch": rest * halo_rows * row_nbytes(hidden, bits),
         "bwd_per_epoch": rest * halo_rows * row_nbytes(hidden, grad_bits),
         "fp32_per_epoch": 2 * rest * halo_rows * hidden * 4,
-        "input_once": halo_rows * num_features * feature_bytes,
+        "input_once": 0 if input_stored else halo_rows * num_features * feature_bytes,
         "aux_once": halo_rows * feature_bytes if gcn else 0,
     }

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
 
 _MASK_KEYS = ("train_mask", "val_mask", "test_mask")
 
@@ -101,6 +101,12 @@ def build_halo_partitions(data: Data, parts: Tensor, num_parts: int | None = Non
         attrs: dict[str, Any] = {}
         for key in node_keys:
             attrs[key] = data[key][inner]
+        x = data.get("x")
+        if isinstance(x, Tensor) and x.is_floating_point():
+            # DistDGL-style: the halo's input features travel with the partition, so the first
+            # layer needs no exchange; `x_digest` lets the exchange notice a changed batch.x.
+            attrs["halo_x"] = x[halo]
+            attrs["x_digest"] = tensor_digest(attrs["x"])
         for key in edge_keys:
             attrs[key] = data[key][e] if key != "edge_index" else torch.stack([local_src, local_dst])
         for key in other_keys:

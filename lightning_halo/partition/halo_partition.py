@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
@@ -20,7 +21,23 @@ PLAN_KEYS = (
     "n_halo",
     "num_train_global",
     "num_nodes_global",
+    "halo_x",
+    "x_digest",
 )
+
+
+def tensor_digest(t: Tensor) -> str:
+    """Hash of a tensor's dtype, shape and bytes (exact, independent of device and thread count).
+
+    Example:
+        >>> tensor_digest(torch.zeros(2, 3)) == tensor_digest(torch.zeros(2, 3))
+        True
+    """
+    t = t.detach().cpu().contiguous()
+    h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 class HaloPartition(Data):
@@ -45,6 +62,13 @@ class HaloPartition(Data):
     * ``recv_counts`` ``[P]``: halo rows received from each peer, the halo being laid out in
       the same peer order.
     * ``global_id`` ``[n_inner + n_halo]``: global id of every local node.
+
+    Input features of the halo (DistDGL-style, so layer 1 needs no exchange):
+
+    * ``halo_x`` ``[n_halo, F]``: ``x`` of the halo nodes, in halo order.
+    * ``x_digest``: hash of this partition's ``x`` when it was built. While ``batch.x`` still
+      matches it, the first layer reads ``halo_x``; if you change ``batch.x`` after
+      partitioning, the owners' rows are exchanged instead.
 
     Plus ``part_id``, ``num_parts``, ``n_inner``, ``n_halo``, ``num_nodes_global`` and
     ``num_train_global`` (train nodes of the whole graph, used to scale the loss).

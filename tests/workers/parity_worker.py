@@ -28,6 +28,7 @@ class Recorder(L.LightningModule):
         super().__init__()
         self.net = net
         self.kind, self.sparse = kind, sparse
+        self.scale_x_rank0 = 0.0
         self.rec: dict[str, object] = {}
         n_cls = int(getattr(net, "n_cls", 0)) or 2
         from torchmetrics.classification import MulticlassAccuracy
@@ -39,6 +40,8 @@ class Recorder(L.LightningModule):
         return edges_for(self.kind, batch, self.sparse)
 
     def training_step(self, batch, _):
+        if self.scale_x_rank0 and self.global_step == 0 and self.global_rank == 0:
+            batch.x.mul_(self.scale_x_rank0)  # batch.x changed after partitioning, on one rank only
         out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
         loss = F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
         if self.global_step == 0:
@@ -129,6 +132,7 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     parser.add_argument("--sparse", action="store_true", help="feed the layers lightning_halo.sparse_adjacency(batch)")
+    parser.add_argument("--scale-x-rank0", type=float, default=0.0, help="rank 0 multiplies batch.x in place at step 0")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -138,6 +142,7 @@ def main() -> None:
         data = graph_by_name(graph, world_size)
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
         module = Recorder(net, kind, args.sparse)
+        module.scale_x_rank0 = args.scale_x_rank0
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(bits=args.bits)
         if args.trace:
