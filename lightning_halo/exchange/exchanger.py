@@ -224,7 +224,7 @@ class HaloExchanger:
             hit = self._input_cache.get(id(x_inner))
             if hit is not None and hit[0] is x_inner and hit[1] == x_inner._version:
                 return hit[2]
-            halo = self._stored_halo(x_inner)
+            halo = self._stored_halo(x_inner, layer)
             if halo is None:
                 halo = self._exchange_sync(x_inner[plan.send_index], 32, layer, "input", forward=True)
             self._input_cache[id(x_inner)] = (x_inner, x_inner._version, halo)
@@ -496,7 +496,7 @@ class HaloExchanger:
             )
         return self.plan
 
-    def _stored_halo(self, x: Tensor) -> Optional[Tensor]:
+    def _stored_halo(self, x: Tensor, layer: str) -> Optional[Tensor]:
         """The partition's ``halo_x`` if ``x`` is its ``x`` exactly as partitioned, else None.
 
         The decision must be the same on every rank (a rank that exchanges while its peer does
@@ -514,9 +514,9 @@ class HaloExchanger:
             and halo_x.dtype == x.dtype
             and digest == tensor_digest(x)
         )
-        return halo_x.to(x.device) if self._all_agree(bool(ok), x.device) else None
+        return halo_x.to(x.device) if self._all_agree(bool(ok), x.device, layer) else None
 
-    def _all_agree(self, ok: bool, device: torch.device) -> bool:
+    def _all_agree(self, ok: bool, device: torch.device, layer: str) -> bool:
         """True if ``ok`` holds on every rank (one int all-reduce on the halo group)."""
         if self.group is None:
             return ok
@@ -524,7 +524,7 @@ class HaloExchanger:
         try:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         except RuntimeError as err:
-            raise self._wrap(err, "input features", "input") from err
+            raise self._wrap(err, layer, "input") from err
         return bool(flag.item())
 
     def _is_partition_tensor(self, x: Tensor) -> bool:
