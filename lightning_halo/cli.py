@@ -89,8 +89,8 @@ def partition_main(argv: list[str]) -> int:
         ratio = f"{t['fp32_per_epoch'] / sent:.1f}x" if sent else "-"
         print(f"{bits:>6} {t['fwd_per_epoch'] / 1e6:>12.4f} {t['bwd_per_epoch'] / 1e6:>12.4f} {ratio:>9}")
     if stored:
-        halo_mb = stats["halo_rows"] * dm.num_features * feature_bytes / 1e6
-        print(f"input features of the halo: stored in the partitions ({halo_mb:.3f} MB in all), not exchanged")
+        stored_mb = sum(p.halo_x.numel() * p.halo_x.element_size() for p in parts) / 1e6
+        print(f"input features of the halo: stored in the partitions ({stored_mb:.3f} MB in all), not exchanged")
     else:
         print(f"plus once: input-feature halo {traffic[32]['input_once'] / 1e6:.3f} MB (full precision)")
     if args.gcn:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.halo_partition import HaloPartition, hash_tensor
 
 #: Bumped whenever the layout of a cached partition changes, so old caches are not reused.
 FORMAT_VERSION = 2  # 2: partitions carry halo_x and x_digest
@@ -43,9 +43,7 @@ def graph_fingerprint(data: Data) -> str:
         value = data[key]
         h.update(key.encode())
         if isinstance(value, Tensor):
-            t = value.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            hash_tensor(h, value)
         else:
             h.update(repr(value).encode())
     return h.hexdigest()

@@ -71,8 +71,9 @@ def predict_traffic(
     Layer 1 reads the input features. Partitions carry their halo's input features
     (``halo_x``), so nothing travels for them; with ``input_stored=False`` (``batch.x``
     changed after partitioning) their halo (``halo_rows`` rows of ``num_features`` values of
-    ``feature_bytes`` bytes) travels once, raw. Every later layer reads ``hidden`` columns: each training epoch sends ``halo_rows`` rows forward and the same number of
-    gradient rows backward, each :func:`~lightning_halo.quant.row_nbytes` long. GCN-style
+    ``feature_bytes`` bytes) travels once, raw. Every later layer reads ``hidden`` columns:
+    each training epoch sends ``halo_rows`` rows forward and the same number of gradient rows
+    backward, each :func:`~lightning_halo.quant.row_nbytes` long. GCN-style
     layers also exchange one degree per halo row once (``aux``).
 
     Example:

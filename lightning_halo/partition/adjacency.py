@@ -80,15 +80,15 @@ def sparse_adjacency(data: Any, reduce: Reduce = "sum", dtype: Optional[torch.dt
     key, counts = torch.unique_consecutive(torch.sort(dst * n_src + src).values, return_counts=True)
     row = torch.div(key, n_src, rounding_mode="floor")
     col = key - row * n_src
+    nnz = torch.bincount(row, minlength=n_dst)  # stored entries per row
     values = counts.to(dtype)
     if reduce in ("max", "min"):
         values = torch.ones_like(values)
     elif reduce == "mean":
-        nnz = torch.bincount(row, minlength=n_dst)
         deg = torch.bincount(dst, minlength=n_dst)
         values = values * (nnz.to(dtype) / deg.clamp(min=1).to(dtype))[row]
     crow = torch.zeros(n_dst + 1, dtype=torch.long, device=edge_index.device)
-    crow[1:] = torch.cumsum(torch.bincount(row, minlength=n_dst), 0)
+    crow[1:] = torch.cumsum(nnz, 0)
     with warnings.catch_warnings():  # torch notes once per process that sparse CSR is "beta"
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         # built sorted and duplicate-free above, so torch's O(nnz) invariant check is skipped

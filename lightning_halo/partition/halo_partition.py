@@ -26,6 +26,14 @@ PLAN_KEYS = (
 )
 
 
+def hash_tensor(h: Any, t: Tensor) -> None:
+    """Feed a tensor's dtype, shape and bytes into the hashlib object ``h`` (exact, any device)."""
+    t = t.detach().cpu().contiguous()
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
 def tensor_digest(t: Tensor) -> str:
     """Hash of a tensor's dtype, shape and bytes (exact, independent of device and thread count).
 
@@ -33,10 +41,8 @@ def tensor_digest(t: Tensor) -> str:
         >>> tensor_digest(torch.zeros(2, 3)) == tensor_digest(torch.zeros(2, 3))
         True
     """
-    t = t.detach().cpu().contiguous()
-    h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
-    if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    h = hashlib.blake2b(digest_size=16)
+    hash_tensor(h, t)
     return h.hexdigest()
 
 
