@@ -8,12 +8,14 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_halo.callbacks import HaloSchedule, HaloStateCallback, HaloTrafficLogger
 from lightning_halo.data import GraphValidationError, HaloDataModule, load_graph
-from lightning_halo.exchange import (
-    HaloExchangeError,
+from lightning_halo.exchange import HaloExchangeError
+from lightning_halo.layers import (
+    UnsupportedEdgesError,
     UnsupportedLayerError,
     register_layer,
     supported_layers,
     unsupported_layers,
+    wrapper_layers,
 )
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats, sparse_adjacency
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -33,6 +35,7 @@ __all__ = [
     "HaloSchedule",
     "HaloStateCallback",
     "HaloTrafficLogger",
+    "UnsupportedEdgesError",
     "UnsupportedLayerError",
     "build_halo_partitions",
     "load_graph",
@@ -42,4 +45,5 @@ __all__ = [
     "sparse_adjacency",
     "supported_layers",
     "unsupported_layers",
+    "wrapper_layers",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from datetime import timedelta
@@ -21,24 +22,31 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_halo.exchange import (
-    HaloExchanger,
-    LayerHook,
-    UnsupportedLayerError,
-    find_message_passing,
-    layer_kind,
-)
+from lightning_halo.exchange import DistTransport, HaloExchanger, check_signatures
+from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.quant import SUPPORTED_BITS
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_BITS = (1, 2, 4, 8, 16, 32)
 _GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm")
 
 
 def _check_bits(name: str, value: Optional[int]) -> None:
     if value is not None and value not in SUPPORTED_BITS:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {SUPPORTED_BITS} (32 = exact float rows).")
+
+
+def _cores_per_rank(processes_per_node: int) -> int:
+    """CPU cores this rank owns: SLURM's ``--cpus-per-task``, else its affinity mask shared by the node's ranks."""
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK")
+    if slurm and slurm.isdigit():
+        return max(1, int(slurm))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, processes_per_node))
 
 
 class HaloQuantStrategy(DDPStrategy):
@@ -51,7 +59,7 @@ class HaloQuantStrategy(DDPStrategy):
     gradients. Parameters are replicated and their gradients all-reduced by DDP, as in
     CAGNET's 1-D and DistDGL's owner-compute schemes. At ``bits=32`` (sync) the result equals
     single-process training; lower ``bits`` quantize what crosses the wire with unbiased
-    stochastic rounding (`Sylvie <https://arxiv.org/abs/2307.14519>`_).
+    stochastic rounding (`Sylvie <https://arxiv.org/abs/2303.01277>`_).
 
     The loss returned by ``training_step`` is taken as a mean over the partition's train
     nodes and multiplied by :math:`P\,n_r / N_{train}`, so that DDP's averaged gradient is
@@ -70,6 +78,19 @@ class HaloQuantStrategy(DDPStrategy):
         seed (int, optional): seed of the per-rank stochastic-rounding generators. (default: ``0``)
         check_finite (bool, optional): raise on NaN/Inf in halo rows, naming the layer,
             direction and rank. (default: ``True``)
+        aggregation (str, optional): how layers aggregate. ``"auto"``: every layer whose
+            result does not depend on the edge order and that PyG can run on a sparse adjacency
+            (``GCNConv``, ``SAGEConv``, ``GINConv``, ``GraphConv``, ``LGConv``, ``SimpleConv``,
+            ``ClusterGCNConv``, ``APPNP``, ``SGConv``, ...) aggregates with one fused sparse-dense
+            product on the partition's cached CSR adjacency (and its cached transpose for the
+            backward), even when the model passes ``batch.edge_index``; the others keep
+            ``edge_index``. ``"edge_index"``: always PyG's per-edge path. ``"sparse"``: like
+            ``"auto"``, but a layer that cannot is an error. The choice per layer is logged
+            once. (default: ``"auto"``)
+        num_threads (int, optional): torch threads per rank. By default the cores this rank
+            owns: SLURM's ``--cpus-per-task``, else the process' CPU affinity divided by the
+            processes per node; ``OMP_NUM_THREADS`` in the environment is respected.
+            (default: ``None``)
         accelerator: as for :class:`~lightning.pytorch.strategies.DDPStrategy`.
         parallel_devices: as for ``DDPStrategy``.
         cluster_environment: as for ``DDPStrategy``.
@@ -103,6 +124,8 @@ class HaloQuantStrategy(DDPStrategy):
         halo_timeout: float = 300.0,
         seed: int = 0,
         check_finite: bool = True,
+        aggregation: Aggregation = "auto",
+        num_threads: Optional[int] = None,
         accelerator: Optional["pl.accelerators.Accelerator"] = None,
         parallel_devices: Optional[list[torch.device]] = None,
         cluster_environment: Optional[ClusterEnvironment] = None,
@@ -120,6 +143,10 @@ class HaloQuantStrategy(DDPStrategy):
         _check_bits("eval_bits", eval_bits)
         if halo_timeout <= 0:
             raise ValueError(f"halo_timeout must be positive seconds, got {halo_timeout}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation={aggregation!r} is not supported; choose one of {AGGREGATIONS}")
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+            raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -133,30 +160,58 @@ class HaloQuantStrategy(DDPStrategy):
             static_graph=static_graph,
             gradient_as_bucket_view=gradient_as_bucket_view,
         )
-        self.bits = bits
-        self.grad_bits = bits if grad_bits is None else grad_bits
-        self.eval_bits = eval_bits
         self.scale_loss = scale_loss
         self.halo_timeout = float(halo_timeout)
-        self.seed = seed
-        self.check_finite = check_finite
+        self.num_threads = num_threads
+        #: The exchange (owns bits, seeds and all per-rank halo state).
         self.exchanger = HaloExchanger(
             None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite
         )
+        self._layers = LayerContext(self.exchanger, aggregation)
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
         self._plans_checked: set[int] = set()
 
+    @property
+    def bits(self) -> int:
+        return self.exchanger.bits
+
+    @property
+    def grad_bits(self) -> int:
+        return self.exchanger.grad_bits
+
+    @property
+    def eval_bits(self) -> int:
+        return self.exchanger.eval_bits
+
+    @property
+    def aggregation(self) -> str:
+        return self._layers.aggregation
+
+    @property
+    def layer_choices(self) -> dict[str, str]:
+        """How each hooked layer ran (fused sparse or edge_index, and why), by layer name."""
+        return dict(self._layers.choices)
+
     # ------------------------------------------------------------------ environment
+    @override
+    def connect(self, model: pl.LightningModule) -> None:
+        # Refuse an unsupported model before anything is partitioned (prepare_data runs later).
+        check_model(model)
+        super().connect(model)
+
     @override
     def setup_environment(self) -> None:
         super().setup_environment()
+        self._set_threads()
         if self.world_size > 1 and self._halo_group is None:
             # Its own group: halo traffic never interleaves with DDP's all-reduce on the default one.
             self._halo_group = dist.new_group(
                 backend=self._get_process_group_backend(), timeout=timedelta(seconds=self.halo_timeout)
             )
-        self.exchanger.group = self._halo_group
+        self.exchanger.connect(
+            DistTransport(self._halo_group, self.global_rank, self.world_size) if self._halo_group is not None else None
+        )
         module = self.lightning_module
         if module is not None and module._trainer is not None:
             self._add_callbacks(module.trainer)
@@ -181,21 +236,19 @@ class HaloQuantStrategy(DDPStrategy):
         super().setup(trainer)
         self._install_hooks()
 
+    def _set_threads(self) -> None:
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        elif "OMP_NUM_THREADS" not in os.environ and self.root_device.type == "cpu":
+            torch.set_num_threads(_cores_per_rank(self.num_processes))
+
     def _install_hooks(self) -> None:
         self._remove_hooks()
         module = self.lightning_module
         assert module is not None
-        layers = find_message_passing(module)
-        if not layers:
-            raise UnsupportedLayerError(
-                f"{type(module).__name__} has no torch_geometric MessagePassing layer (GCNConv, SAGEConv, ...): "
-                "HaloQuantStrategy partitions the graph between processes, which only makes sense for a GNN. "
-                "For other models use strategy='ddp'."
-            )
-        kinds = {name: layer_kind(layer) for name, layer in layers.items()}  # raises for unsupported layers
         self._warn_graph_norms(module)
-        self._hooks = [LayerHook(layers[name], name, kind, self.exchanger).install() for name, kind in kinds.items()]
-        log.debug("lightning-halo: hooked %s", kinds)
+        self._hooks = install_hooks(module, self._layers)  # raises for unsupported layers
+        log.debug("lightning-halo: hooked %s", {h.name: h.kind for h in self._hooks})
 
     def _warn_graph_norms(self, module: torch.nn.Module) -> None:
         sync_bn = bool(self._layer_sync)
@@ -233,31 +286,34 @@ class HaloQuantStrategy(DDPStrategy):
                 f"rank {self.global_rank} of {self.world_size} received partition {int(batch.part_id)} of "
                 f"{int(batch.num_parts)}; each rank must get its own part of a {self.world_size}-way partition."
             )
-        if self.exchanger.bind(batch) and self.exchanger.active:
-            self._check_plans()
+        if self.exchanger.bind(batch):
+            self._layers.bind(batch)
+            if self.exchanger.active:
+                self._check_plans(batch)
+        epoch, mode, smoothing = 0, "sync", 0.0
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
         if trainer is not None:
-            self.exchanger.epoch = int(trainer.current_epoch)
-        self.exchanger.begin_step(training)
+            epoch = int(trainer.current_epoch)
+            schedule = self._schedule(trainer)
+            if training and schedule is not None:
+                mode, smoothing = schedule.step_mode(epoch), schedule.smoothing
+        self.exchanger.begin_step(training, epoch, mode, smoothing)  # type: ignore[arg-type]
         return batch
 
-    def _check_plans(self) -> None:
+    @staticmethod
+    def _schedule(trainer: pl.Trainer) -> Any:
+        from lightning_halo.callbacks import HaloSchedule
+
+        return next((cb for cb in trainer.callbacks if isinstance(cb, HaloSchedule)), None)
+
+    def _check_plans(self, part: HaloPartition) -> None:
         """Cheap collective at the first step: every peer must expect exactly the rows we send."""
-        plan = self.exchanger.plan
-        assert plan is not None
-        key = id(self.exchanger.part)
+        key = id(part)
         if key in self._plans_checked:
             return
         sigs: list[Any] = [None] * self.world_size
-        dist.all_gather_object(sigs, (plan.send_counts, plan.recv_counts), group=self._halo_group)
-        for q, (send_q, recv_q) in enumerate(sigs):
-            if len(send_q) != self.world_size or recv_q[self.global_rank] != plan.send_counts[q] or (
-                send_q[self.global_rank] != plan.recv_counts[q]
-            ):
-                raise ValueError(
-                    f"rank {self.global_rank}: the exchange plan disagrees with rank {q}'s (different partition caches "
-                    "or graphs on different nodes?). Clear the partition cache and make sure every node reads the same graph."
-                )
+        dist.all_gather_object(sigs, self.exchanger.plan().signature(), group=self._halo_group)
+        check_signatures(sigs, self.global_rank)
         self._plans_checked.add(key)
 
     @override
@@ -316,8 +372,9 @@ class HaloQuantStrategy(DDPStrategy):
             log.warning("lightning-halo: could not flush pending halo exchanges: %s", err)
         self._remove_hooks()
         if self._halo_group is not None:
+            self.exchanger.connect(None)
             dist.destroy_process_group(self._halo_group)
-            self._halo_group = self.exchanger.group = None
+            self._halo_group = None
         super().teardown()
         # gloo's worker threads destroy finished collectives (releasing Python tensors) after the
         # waiting caller returned; they need the GIL for that. Yield it briefly so none is still

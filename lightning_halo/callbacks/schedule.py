@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lightning_halo.exchange.exchanger import StepMode
+from lightning_halo.exchange import StepMode
 
 Mode = Literal["sync", "pipelined", "periodic"]
 _MODE_CODE = {"sync": 0, "stale": 1, "reuse": 2}
@@ -96,12 +96,6 @@ class HaloSchedule(Callback):
             )
 
     @override
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ex = trainer.strategy.exchanger  # type: ignore[attr-defined]
-        ex.mode = self.step_mode(trainer.current_epoch)
-        ex.smoothing = self.smoothing
-
-    @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -109,12 +103,8 @@ class HaloSchedule(Callback):
         stale = ex.staleness()
         pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), on_step=False, on_epoch=True, batch_size=1)
         pl_module.log("halo/staleness", float(max(stale, default=0)), on_step=False, on_epoch=True, prog_bar=True, batch_size=1)
-        for slot, value in zip(ex.slots, stale):
-            pl_module.log(f"halo/staleness/{slot.layer}", float(value), on_step=False, on_epoch=True, batch_size=1)
-
-    @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.strategy.exchanger.mode = "sync"  # type: ignore[attr-defined]
+        for layer, value in zip(ex.slot_layers(), stale):
+            pl_module.log(f"halo/staleness/{layer}", float(value), on_step=False, on_epoch=True, batch_size=1)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class HaloStateCallback(Callback):
         states: list[Any] = [mine]
         if self._world > 1 and dist.is_available() and dist.is_initialized():
             states = [None] * self._world
-            dist.all_gather_object(states, mine, group=self._exchanger.group)
+            dist.all_gather_object(states, mine)  # the default group (its timeout is the strategy's `timeout`)
         return {"world_size": self._world, "ranks": states}
 
     @override

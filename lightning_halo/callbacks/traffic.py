@@ -42,13 +42,6 @@ class HaloTrafficLogger(Callback):
         self._reduced: tuple[torch.Tensor, ...] = ()
 
     @override
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ex = _exchanger(trainer)
-        if ex is not None:
-            ex.meter.reset_epoch()
-            ex.epoch = trainer.current_epoch
-
-    @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:

@@ -1,28 +1,21 @@
-"""The halo exchange (one autograd function over all_to_all_single) and the layer hooks."""
+"""The halo exchange: one autograd function over the wire, its per-slot state, plans and meter."""
 
-from lightning_halo.exchange.exchanger import HaloExchangeError, HaloExchanger, TrafficMeter
-from lightning_halo.exchange.layers import (
-    LayerHook,
-    UnsupportedLayerError,
-    find_message_passing,
-    layer_kind,
-    register_layer,
-    supported_layers,
-    unsupported_layers,
-)
-from lightning_halo.exchange.plan import ExchangePlan, predict_traffic
+from lightning_halo.exchange.exchanger import HaloExchanger
+from lightning_halo.exchange.meter import TrafficMeter
+from lightning_halo.exchange.plan import ExchangePlan, check_signatures, predict_traffic
+from lightning_halo.exchange.slots import STEP_MODES, StepMode
+from lightning_halo.exchange.wire import DistTransport, HaloExchangeError, ThreadGroup, Transport
 
 __all__ = [
+    "STEP_MODES",
+    "DistTransport",
     "ExchangePlan",
     "HaloExchangeError",
     "HaloExchanger",
-    "LayerHook",
+    "StepMode",
+    "ThreadGroup",
     "TrafficMeter",
-    "UnsupportedLayerError",
-    "find_message_passing",
+    "Transport",
+    "check_signatures",
     "predict_traffic",
-    "layer_kind",
-    "register_layer",
-    "supported_layers",
-    "unsupported_layers",
 ]

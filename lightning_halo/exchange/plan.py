@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Sequence
 
+import torch
 from torch import Tensor
 
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -20,9 +21,10 @@ class ExchangePlan:
     collective ever needs a size handshake.
 
     Example:
-        >>> plan = ExchangePlan.from_partition(part)  # doctest: +SKIP
-        >>> plan.wire_rows
-        (S, n_halo)
+        >>> plan = ExchangePlan(0, 2, n_inner=3, n_halo=1, send_index=torch.tensor([2]),
+        ...                     send_counts=(0, 1), recv_counts=(0, 1))
+        >>> plan.num_send, plan.counts(forward=False)
+        (1, ((0, 1), (0, 1)))
     """
 
     rank: int
@@ -50,9 +52,39 @@ class ExchangePlan:
         """Rows this rank sends per exchange (forward) and receives back (backward)."""
         return sum(self.send_counts)
 
+    @property
+    def n_src(self) -> int:
+        """Rows a layer reads: inner + halo."""
+        return self.n_inner + self.n_halo
+
+    def counts(self, forward: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(out_counts, in_counts)`` per peer: forward my sent rows out, halo rows in; backward the reverse."""
+        return (self.send_counts, self.recv_counts) if forward else (self.recv_counts, self.send_counts)
+
     def signature(self) -> tuple[int, ...]:
         """Compact fingerprint compared across ranks at setup to catch mismatched plans."""
         return (self.rank, self.world_size, self.n_inner, self.n_halo, *self.send_counts, *self.recv_counts)
+
+
+def check_signatures(signatures: Sequence[Any], rank: int) -> None:
+    """Raise if the ranks' plans (their :meth:`ExchangePlan.signature`, index = rank) disagree.
+
+    Rank ``q`` must expect from me exactly the rows I send it, and send me what I expect.
+
+    Example:
+        >>> check_signatures([(0, 2, 3, 1, 0, 1, 0, 1), (1, 2, 3, 1, 1, 0, 1, 0)], rank=0)
+    """
+    mine = tuple(signatures[rank])
+    world = mine[1]
+    send_r, recv_r = mine[4 : 4 + world], mine[4 + world : 4 + 2 * world]
+    for q, sig in enumerate(signatures):
+        sig = tuple(sig)
+        send_q, recv_q = sig[4 : 4 + world], sig[4 + world : 4 + 2 * world]
+        if sig[0] != q or sig[1] != world or len(send_q) != world or recv_q[rank] != send_r[q] or send_q[rank] != recv_r[q]:
+            raise ValueError(
+                f"rank {rank}: the exchange plan disagrees with rank {q}'s (different partition caches "
+                "or graphs on different nodes?). Clear the partition cache and make sure every node reads the same graph."
+            )
 
 
 def predict_traffic(

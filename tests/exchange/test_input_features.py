@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 from lightning_halo import build_halo_partitions, partition_graph
-from lightning_halo.exchange import predict_traffic
-from lightning_halo.exchange.exchanger import HaloExchanger
+from lightning_halo.exchange import HaloExchanger, ThreadGroup, predict_traffic
 from lightning_halo.partition.halo_partition import tensor_digest
 from tests.support.graphs import awkward_graph
 
@@ -26,53 +27,62 @@ def test_partitions_carry_their_halos_input_features() -> None:
         assert part.x_digest == tensor_digest(part.x) != tensor_digest(part.x * 2)
 
 
-class _Wire:
-    """Stands in for the collective: records what would have been exchanged."""
+def _fetch_on_all_ranks(parts, change=None):
+    """Every rank fetches its input features' halo (threads over an in-process transport)."""
+    group = ThreadGroup(len(parts))
+    out: list = [None] * len(parts)
 
-    def __init__(self) -> None:
-        self.calls: list[str] = []
+    def rank(r: int) -> None:
+        ex = HaloExchanger(group.transport(r), bits=32)
+        part = parts[r]
+        ex.bind(part)
+        if change is not None:
+            change(r, part)
+        first = ex.fetch(part.x, "conv1")
+        out[r] = (first, ex.fetch(part.x, "conv1"), dict(ex.meter.total))
 
-    def __call__(self, rows: torch.Tensor, bits: int, layer: str, direction: str, *, forward: bool) -> torch.Tensor:
-        self.calls.append(direction)
-        return torch.full((rows.size(0), rows.size(1)), 7.0, dtype=rows.dtype)
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
 
 
-def _exchanger(part, monkeypatch) -> tuple[HaloExchanger, _Wire]:
-    ex = HaloExchanger(None, bits=32)  # group None: _all_agree is the local decision
-    wire = _Wire()
-    monkeypatch.setattr(ex, "_exchange_sync", wire)
-    ex.bind(part)
-    return ex, wire
-
-
-def test_unchanged_x_reads_the_stored_halo(monkeypatch) -> None:
+def test_unchanged_x_reads_the_stored_halo() -> None:
     _, parts = _parts()
-    part = max(parts, key=lambda p: int(p.n_halo))
-    ex, wire = _exchanger(part, monkeypatch)
-    assert torch.equal(ex.fetch(part.x, "conv1"), part.halo_x) and wire.calls == []
-    assert ex.fetch(part.x, "conv1") is ex.fetch(part.x, "conv1")  # cached, not re-hashed
+    for part, (first, second, meter) in zip(parts, _fetch_on_all_ranks(parts)):
+        assert torch.equal(first, part.halo_x) and first is second  # stored, then cached (not re-hashed)
+        assert ("conv1", "input") not in meter
 
 
 @pytest.mark.parametrize("change", ["replace", "in_place"])
-def test_changed_x_is_exchanged(change: str, monkeypatch) -> None:
-    _, parts = _parts()
-    part = max(parts, key=lambda p: int(p.n_halo))
-    ex, wire = _exchanger(part, monkeypatch)
-    if change == "replace":
-        part.x = part.x * 2  # e.g. normalised in training_step and written back
-    else:
-        part.x.mul_(2)
-    halo = ex.fetch(part.x, "conv1")
-    assert wire.calls == ["input"] and bool((halo == 7.0).all()), "the owners' current rows, not the stale halo_x"
+def test_changed_x_on_one_rank_is_exchanged_by_all(change: str) -> None:
+    """Rank 0 changes its x: every rank exchanges (one skipping would leave its peers waiting)."""
+    data, parts = _parts()
+
+    def modify(r: int, part) -> None:
+        if r == 0:
+            if change == "replace":
+                part.x = part.x * 2  # e.g. normalised in training_step and written back
+            else:
+                part.x.mul_(2)
+
+    got = _fetch_on_all_ranks(parts, modify)
+    x = data.x.clone()
+    x[parts[0].inner_global_id] *= 2
+    for part, (halo, _, meter) in zip(parts, got):
+        assert torch.equal(halo, x[part.global_id[int(part.n_inner):]]), "the owners' current rows"
+        assert meter[("conv1", "input")] == int(part.send_counts.sum()) * data.num_features * 8
 
 
-def test_partition_without_stored_features_is_exchanged(monkeypatch) -> None:
-    _, parts = _parts()
-    part = max(parts, key=lambda p: int(p.n_halo))
-    del part.halo_x  # e.g. built by hand without them
-    ex, wire = _exchanger(part, monkeypatch)
-    ex.fetch(part.x, "conv1")
-    assert wire.calls == ["input"]
+def test_partition_without_stored_features_is_exchanged() -> None:
+    data, parts = _parts()
+    for part in parts:
+        del part.halo_x  # e.g. built by hand without them
+    for part, (halo, _, meter) in zip(parts, _fetch_on_all_ranks(parts)):
+        assert torch.equal(halo, data.x[part.global_id[int(part.n_inner):]])
+        assert ("conv1", "input") in meter
 
 
 def test_predicted_input_bytes() -> None:

@@ -50,7 +50,11 @@ def awkward_graph(
         parts = partition_graph(edge_index, num_nodes, world_size)
         train &= parts != world_size - 1
     edge_attr = torch.rand(edge_index.size(1), 3, generator=g, dtype=dtype)
-    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, y=y, train_mask=train, val_mask=val, test_mask=test)
+    edge_type = torch.randint(0, 3, (edge_index.size(1),), generator=g)
+    return Data(
+        x=x, edge_index=edge_index, edge_attr=edge_attr, edge_type=edge_type, y=y, train_mask=train, val_mask=val,
+        test_mask=test,
+    )
 
 
 def graph_by_name(name: str, world_size: int) -> Data:

@@ -44,7 +44,7 @@ class Net(nn.Module):
         dims = [d_in] + [hidden] * (depth - 1) + [n_cls]
         self.convs = nn.ModuleList(make_conv(kind, dims[i], dims[i + 1], i == depth - 1) for i in range(depth))
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr=None, edge_type=None) -> torch.Tensor:
         for i, conv in enumerate(self.convs):
             x = conv(x, edge_index)
             if i < len(self.convs) - 1:
@@ -66,7 +66,7 @@ def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=N
     edges = data.edge_index if edge_index is None else edge_index
     for step in range(steps):
         opt.zero_grad()
-        out = net(data.x, edges, data.get("edge_attr"))
+        out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"))
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         if step == 0:
@@ -89,59 +89,104 @@ def _mlp(d_in: int, d_out: int) -> nn.Module:
     return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out))
 
 
-def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, bool]:
-    """(layer h->h, takes edge_attr) for every layer in lightning_halo.supported_layers()."""
+def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str]:
+    """(layer h->h, call style) for every layer in lightning_halo.supported_layers() and some variants.
+
+    Call styles: ``plain`` ``conv(h, ei)``, ``attr`` ``conv(h, ei, edge_attr)``, ``x0``
+    ``conv(h, x0, ei)``, ``type`` ``conv(h, ei, edge_type)``. Variants are ``Class/option``.
+    """
     from torch_geometric import nn as gnn
 
     e = EDGE_DIM
     table = {
-        "GCNConv": (lambda: gnn.GCNConv(h, h), False),
-        "LGConv": (lambda: gnn.LGConv(), False),
-        "SAGEConv": (lambda: gnn.SAGEConv(h, h), False),
-        "GraphConv": (lambda: gnn.GraphConv(h, h), False),
-        "GATConv": (lambda: gnn.GATConv(h, h // 2, heads=2, edge_dim=e), True),
-        "GATv2Conv": (lambda: gnn.GATv2Conv(h, h // 2, heads=2, edge_dim=e), True),
-        "TransformerConv": (lambda: gnn.TransformerConv(h, h // 2, heads=2, edge_dim=e), True),
-        "GINConv": (lambda: gnn.GINConv(_mlp(h, h), train_eps=True), False),
-        "GINEConv": (lambda: gnn.GINEConv(_mlp(h, h), edge_dim=e), True),
-        "ResGatedGraphConv": (lambda: gnn.ResGatedGraphConv(h, h), False),
-        "LEConv": (lambda: gnn.LEConv(h, h), False),
+        "GCNConv": (lambda: gnn.GCNConv(h, h), "plain"),
+        "GCNConv/improved": (lambda: gnn.GCNConv(h, h, improved=True), "plain"),
+        "GCNConv/t2s": (lambda: gnn.GCNConv(h, h, flow="target_to_source"), "plain"),
+        "LGConv": (lambda: gnn.LGConv(), "plain"),
+        "SAGEConv": (lambda: gnn.SAGEConv(h, h), "plain"),
+        "SAGEConv/max": (lambda: gnn.SAGEConv(h, h, aggr="max"), "plain"),
+        "SAGEConv/sum": (lambda: gnn.SAGEConv(h, h, aggr="sum", project=True), "plain"),
+        "SAGEConv/t2s": (lambda: gnn.SAGEConv(h, h, flow="target_to_source"), "plain"),
+        "GraphConv": (lambda: gnn.GraphConv(h, h), "plain"),
+        "GraphConv/mean": (lambda: gnn.GraphConv(h, h, aggr="mean"), "plain"),
+        "GATConv": (lambda: gnn.GATConv(h, h // 2, heads=2, edge_dim=e), "attr"),
+        "GATv2Conv": (lambda: gnn.GATv2Conv(h, h // 2, heads=2, edge_dim=e), "attr"),
+        "TransformerConv": (lambda: gnn.TransformerConv(h, h // 2, heads=2, edge_dim=e), "attr"),
+        "GINConv": (lambda: gnn.GINConv(_mlp(h, h), train_eps=True), "plain"),
+        "GINEConv": (lambda: gnn.GINEConv(_mlp(h, h), edge_dim=e), "attr"),
+        "ResGatedGraphConv": (lambda: gnn.ResGatedGraphConv(h, h), "plain"),
+        "LEConv": (lambda: gnn.LEConv(h, h), "plain"),
         # norm=None: GENConv's default BatchNorm needs Trainer(sync_batchnorm=True), tested separately
-        "GENConv": (lambda: gnn.GENConv(h, h, edge_dim=e, norm=None), True),
-        "FiLMConv": (lambda: gnn.FiLMConv(h, h), False),
-        "GeneralConv": (lambda: gnn.GeneralConv(h, h, in_edge_channels=e, attention=True), True),
-        "SimpleConv": (lambda: gnn.SimpleConv(aggr="mean", combine_root="sum"), False),
-        "NNConv": (lambda: gnn.NNConv(h, h, nn.Linear(e, h * h), aggr="mean"), True),
-        "CGConv": (lambda: gnn.CGConv(h, dim=e), True),
-        "EdgeConv": (lambda: gnn.EdgeConv(_mlp(2 * h, h)), False),
-        "MFConv": (lambda: gnn.MFConv(h, h, max_degree=4), False),
-        "GMMConv": (lambda: gnn.GMMConv(h, h, dim=e, kernel_size=2), True),
-        "ClusterGCNConv": (lambda: gnn.ClusterGCNConv(h, h), False),
+        "GENConv": (lambda: gnn.GENConv(h, h, edge_dim=e, norm=None), "attr"),
+        "FiLMConv": (lambda: gnn.FiLMConv(h, h), "plain"),
+        "FiLMConv/relations": (lambda: gnn.FiLMConv(h, h, num_relations=3), "type"),
+        "GeneralConv": (lambda: gnn.GeneralConv(h, h, in_edge_channels=e, attention=True), "attr"),
+        "SimpleConv": (lambda: gnn.SimpleConv(aggr="mean", combine_root="sum"), "plain"),
+        "SimpleConv/self_loop": (lambda: gnn.SimpleConv(aggr="sum", combine_root="self_loop"), "plain"),
+        "NNConv": (lambda: gnn.NNConv(h, h, nn.Linear(e, h * h), aggr="mean"), "attr"),
+        "CGConv": (lambda: gnn.CGConv(h, dim=e), "attr"),
+        "EdgeConv": (lambda: gnn.EdgeConv(_mlp(2 * h, h)), "plain"),
+        "MFConv": (lambda: gnn.MFConv(h, h, max_degree=4), "plain"),
+        "GMMConv": (lambda: gnn.GMMConv(h, h, dim=e, kernel_size=2), "attr"),
+        "ClusterGCNConv": (lambda: gnn.ClusterGCNConv(h, h, diag_lambda=0.3), "plain"),
         "PNAConv": (
             lambda: gnn.PNAConv(h, h, aggregators=["mean", "max", "std"], scalers=["identity", "amplification"], deg=deg),
-            False,
+            "plain",
         ),
-        "AGNNConv": (lambda: gnn.AGNNConv(requires_grad=True), False),
-        "FeaStConv": (lambda: gnn.FeaStConv(h, h, heads=2), False),
+        "AGNNConv": (lambda: gnn.AGNNConv(requires_grad=True), "plain"),
+        "FeaStConv": (lambda: gnn.FeaStConv(h, h, heads=2), "plain"),
+        "RGCNConv": (lambda: gnn.RGCNConv(h, h, num_relations=3, aggr="mean"), "type"),
+        "FastRGCNConv": (lambda: gnn.FastRGCNConv(h, h, num_relations=3, num_bases=2), "type"),
+        "RGATConv": (lambda: gnn.RGATConv(h, h, num_relations=3), "type"),
+        # layers that propagate several times per call: the halo is exchanged before every step
+        "APPNP": (lambda: gnn.APPNP(K=3, alpha=0.1), "plain"),
+        "SGConv": (lambda: gnn.SGConv(h, h, K=2), "plain"),
+        "SGConv/cached": (lambda: gnn.SGConv(h, h, K=2, cached=True), "plain"),
+        "SSGConv": (lambda: gnn.SSGConv(h, h, alpha=0.1, K=2), "plain"),
+        "TAGConv": (lambda: gnn.TAGConv(h, h, K=3), "plain"),
+        "ARMAConv": (lambda: gnn.ARMAConv(h, h, num_stacks=2, num_layers=2), "plain"),
+        "GatedGraphConv": (lambda: gnn.GatedGraphConv(h, num_layers=2), "plain"),
+        "MixHopConv": (lambda: gnn.MixHopConv(h, h // 2, powers=[0, 2]), "plain"),
+        "ChebConv": (lambda: gnn.ChebConv(h, h, K=3), "plain"),
+        "ChebConv/rw": (lambda: gnn.ChebConv(h, h, K=2, normalization="rw"), "plain"),
+        "GCN2Conv": (lambda: gnn.GCN2Conv(h, alpha=0.1, theta=0.5, layer=1), "x0"),
+        "FAConv": (lambda: gnn.FAConv(h, eps=0.2), "x0"),
     }
-    make, takes_edge_attr = table[name]
-    return make(), takes_edge_attr
+    make, style = table[name]
+    return make(), style
+
+
+#: Every variant the layer tests run (the supported classes plus options that change how they run).
+LAYER_VARIANTS = (
+    "GCNConv/improved", "GCNConv/t2s", "SAGEConv/max", "SAGEConv/sum", "SAGEConv/t2s", "GraphConv/mean",
+    "FiLMConv/relations", "SimpleConv/self_loop", "SGConv/cached", "ChebConv/rw",
+)  # fmt: skip
 
 
 class LayerNet(nn.Module):
+    """lin_in -> conv -> relu -> conv -> lin_out, so both convs get inputs that need gradients."""
+
     def __init__(self, name: str, d_in: int, n_cls: int, deg: torch.Tensor, hidden: int = 8) -> None:
         super().__init__()
         self.n_cls = n_cls
         self.lin_in = nn.Linear(d_in, hidden)
-        self.conv1, self.edge_attr = _layer_factory(name, hidden, deg)
+        self.conv1, self.style = _layer_factory(name, hidden, deg)
         self.conv2, _ = _layer_factory(name, hidden, deg)
         self.lin_out = nn.Linear(hidden, n_cls)
 
-    def forward(self, x, edge_index, edge_attr=None):
-        args = (edge_attr,) if self.edge_attr else ()
-        h = self.lin_in(x)
-        h = F.relu(self.conv1(h, edge_index, *args))
-        h = self.conv2(h, edge_index, *args)
+    def _conv(self, conv: nn.Module, h, x0, edge_index, edge_attr, edge_type):
+        if self.style == "attr":
+            return conv(h, edge_index, edge_attr)
+        if self.style == "x0":
+            return conv(h, x0, edge_index)
+        if self.style == "type":
+            return conv(h, edge_index, edge_type)
+        return conv(h, edge_index)
+
+    def forward(self, x, edge_index, edge_attr=None, edge_type=None):
+        x0 = h = self.lin_in(x)
+        h = F.relu(self._conv(self.conv1, h, x0, edge_index, edge_attr, edge_type))
+        h = self._conv(self.conv2, h, x0, edge_index, edge_attr, edge_type)
         return self.lin_out(h)
 
 
@@ -152,7 +197,7 @@ def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tenso
 
 def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
     """``spec`` is ``kind:depth`` for the four main models or ``layer:<ClassName>``; dtype follows ``data.x``."""
-    a, b = spec.split(":")
+    a, b = spec.split(":", 1)
     n_cls = int(data.y.max()) + 1
     if a == "layer":
         torch.manual_seed(seed)

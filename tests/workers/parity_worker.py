@@ -42,7 +42,7 @@ class Recorder(L.LightningModule):
     def training_step(self, batch, _):
         if self.scale_x_rank0 and self.global_step == 0 and self.global_rank == 0:
             batch.x.mul_(self.scale_x_rank0)  # batch.x changed after partitioning, on one rank only
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
         loss = F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
         if self.global_step == 0:
             self.rec["out0"] = out.detach().clone()
@@ -60,7 +60,7 @@ class Recorder(L.LightningModule):
 
     # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
     def _eval(self, batch, mask, metric, name):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
         metric(out[mask], batch.y[mask])
         self.log(name, metric, batch_size=1)
 
@@ -71,7 +71,7 @@ class Recorder(L.LightningModule):
         self._eval(batch, batch.test_mask, self.test_acc, "test_acc")
 
     def predict_step(self, batch, _):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
         return batch.inner_global_id, out
 
     def configure_optimizers(self):
@@ -105,20 +105,7 @@ def _schedule(spec):
 def _trace(ex, rec: dict) -> None:
     """Record what every training exchange sent and returned, per epoch and slot."""
     rec["trace"] = []
-    fwd, bwd = ex._forward_rows, ex._backward_rows
-
-    def forward_rows(x_inner, call):
-        out = fwd(x_inner, call)
-        if call.training:
-            rec["trace"].append(("fwd", ex.epoch, call.slot, x_inner[ex.plan.send_index].clone(), out.clone()))
-        return out
-
-    def backward_rows(grad_halo, call):
-        out = bwd(grad_halo, call)
-        rec["trace"].append(("bwd", ex.epoch, call.slot, grad_halo.clone(), out.clone()))
-        return out
-
-    ex._forward_rows, ex._backward_rows = forward_rows, backward_rows
+    ex.observe(lambda direction, epoch, slot, sent, received: rec["trace"].append((direction, epoch, slot, sent, received)))
 
 
 def main() -> None:
@@ -158,7 +145,7 @@ def main() -> None:
         ex = trainer.strategy.exchanger
         module.rec["meter_total"] = dict(ex.meter.total)
         module.rec["meter_total_fp32"] = dict(ex.meter.total_fp32)
-        module.rec["plan"] = {"num_send": ex.plan.num_send, "n_halo": ex.plan.n_halo}
+        module.rec["plan"] = {"num_send": ex.plan().num_send, "n_halo": ex.plan().n_halo}
         module.rec["logged"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("halo/")}
         if args.eval:
             ev = quiet_trainer(world_size, strategy=HaloQuantStrategy())

@@ -1,0 +1,186 @@
+r"""Per-slot state of the training exchanges: fresh (sync), stale (pipelined) or reused (periodic).
+
+The :math:`k`-th halo exchange of a training step is *slot* :math:`k`; its state lives across
+epochs. Forward, a slot returns this epoch's rows (``sync``), last epoch's rows while this
+epoch's travel (``stale``, PipeGCN / Sylvie's asynchronous mode) or the last refresh's rows
+with no traffic (``reuse``, DIGEST-style). Backward, the halo gradients go back to their
+owners likewise: at once, one epoch late, or not at all.
+
+Example:
+    >>> table = SlotTable(wire)  # doctest: +SKIP
+    >>> halo = table.forward(table.slot(0, "conv1", "in", rows), rows, "stale", ...)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from lightning_halo.exchange.wire import HaloExchangeError, Pending, Wire
+
+#: What a training step does with halos: fresh blocking exchange, last epoch's rows while this
+#: epoch's travel (pipelined), or last refresh's rows with no traffic (periodic).
+StepMode = Literal["sync", "stale", "reuse"]
+STEP_MODES: tuple[str, ...] = ("sync", "stale", "reuse")
+
+
+@dataclass
+class Slot:
+    """State of one training exchange, kept across epochs."""
+
+    layer: str
+    plan: str
+    d: int
+    dtype: torch.dtype
+    halo: Optional[Tensor] = None  # rows to use when the step is stale/reuse
+    grad: Optional[Tensor] = None  # halo gradients received for my sent rows, [num_send, d]
+    fwd_pending: Optional[Pending] = None
+    bwd_pending: Optional[Pending] = None
+    fresh_epoch: int = -1  # epoch whose rows `halo` holds (staleness = now - fresh_epoch)
+
+
+class SlotTable:
+    """The slots of one rank, driven by :class:`~lightning_halo.exchange.HaloExchanger`.
+
+    Args:
+        wire (Wire): sends and receives the rows.
+    """
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+        self.slots: list[Slot] = []
+        self.smoothing = 0.0
+
+    def slot(self, index: int, layer: str, plan: str, rows: Tensor) -> Slot:
+        """Slot ``index`` (created at its first use); it must see the same layer every step."""
+        d, dtype = int(rows.size(1)), rows.dtype
+        if index == len(self.slots):
+            self.slots.append(Slot(layer, plan, d, dtype))
+        slot = self.slots[index]
+        if (slot.layer, slot.plan, slot.d, slot.dtype) != (layer, plan, d, dtype):
+            raise HaloExchangeError(
+                f"halo exchange #{index} of this training step is layer '{layer}' with {d} {dtype} "
+                f"columns, but in earlier steps it was '{slot.layer}' with {slot.d} {slot.dtype} columns. "
+                "Stale/periodic halo modes need the same layers called in the same order every step."
+            )
+        return slot
+
+    def forward(
+        self,
+        slot: Slot,
+        send: Tensor,
+        mode: StepMode,
+        bits: int,
+        counts: tuple[Sequence[int], Sequence[int]],
+        epoch: int,
+        generator: torch.Generator,
+    ) -> Tensor:
+        """The halo rows for this step's forward; ``send`` are my rows for the peers."""
+        if mode != "stale" and slot.fwd_pending is not None:
+            self._land_fwd(slot)  # a pipelined epoch's rows, superseded by this epoch's
+        if mode == "reuse" and slot.halo is not None:
+            return slot.halo.clone()
+        if mode == "stale" and (slot.halo is not None or slot.fwd_pending is not None):
+            if slot.fwd_pending is not None:
+                self._land_fwd(slot)
+            assert slot.halo is not None
+            stale = slot.halo.clone()
+            slot.fwd_pending = self.wire.post(
+                send, bits, *counts, slot.layer, "fwd", generator=generator, async_op=True, epoch=epoch
+            )
+            return stale
+        halo = self.wire.exchange(send, bits, *counts, slot.layer, "fwd", generator)
+        slot.halo, slot.fresh_epoch = halo.detach(), epoch
+        return halo
+
+    def backward(
+        self,
+        slot: Optional[Slot],
+        layer: str,
+        grad_halo: Tensor,
+        mode: StepMode,
+        bits: int,
+        counts: tuple[Sequence[int], Sequence[int]],
+        epoch: int,
+        generator: torch.Generator,
+    ) -> Optional[Tensor]:
+        """Gradients for my sent rows (``[num_send, d]``), or None when none cross partitions."""
+        if slot is not None and mode != "stale" and slot.bwd_pending is not None:
+            self._land_bwd(slot)
+        if mode == "reuse":
+            return None  # between periodic refreshes no gradient crosses partitions
+        if mode == "stale" and slot is not None:
+            if slot.bwd_pending is not None:
+                self._land_bwd(slot)
+            recv = slot.grad
+            slot.bwd_pending = self.wire.post(
+                grad_halo, bits, *counts, layer, "bwd", generator=generator, async_op=True, epoch=epoch
+            )
+            return recv
+        recv = self.wire.exchange(grad_halo, bits, *counts, layer, "bwd", generator)
+        if slot is not None:
+            slot.grad = recv
+        return recv
+
+    def flush(self) -> None:
+        """Wait for every asynchronous exchange in flight and fold it into its slot."""
+        for slot in self.slots:
+            if slot.fwd_pending is not None:
+                self._land_fwd(slot)
+            if slot.bwd_pending is not None:
+                self._land_bwd(slot)
+
+    def staleness(self, epoch: int) -> list[int]:
+        """Epochs since each slot last held fresh rows."""
+        return [max(0, epoch - s.fresh_epoch) if s.fresh_epoch >= 0 else 0 for s in self.slots]
+
+    def layers(self) -> list[str]:
+        return [s.layer for s in self.slots]
+
+    def _land_fwd(self, slot: Slot) -> None:
+        pending, slot.fwd_pending = slot.fwd_pending, None
+        assert pending is not None
+        slot.halo, slot.fresh_epoch = self._smooth(slot.halo, self.wire.finish(pending)), pending.epoch
+
+    def _land_bwd(self, slot: Slot) -> None:
+        pending, slot.bwd_pending = slot.bwd_pending, None
+        assert pending is not None
+        slot.grad = self._smooth(slot.grad, self.wire.finish(pending))
+
+    def _smooth(self, old: Optional[Tensor], new: Tensor) -> Tensor:
+        """PipeGCN's moving average of stale rows/gradients (``smoothing=0``: the new ones)."""
+        m = self.smoothing
+        return old * m + new * (1.0 - m) if m and old is not None else new
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> list[dict[str, Any]]:
+        """Plain tensors and scalars (call :meth:`flush` first)."""
+        return [
+            {
+                "layer": s.layer,
+                "plan": s.plan,
+                "d": s.d,
+                "dtype": str(s.dtype).replace("torch.", ""),
+                "halo": None if s.halo is None else s.halo.detach().cpu(),
+                "grad": None if s.grad is None else s.grad.detach().cpu(),
+                "fresh_epoch": s.fresh_epoch,
+            }
+            for s in self.slots
+        ]
+
+    def load_state_dict(self, state: list[dict[str, Any]], device: torch.device) -> None:
+        self.slots = [
+            Slot(
+                layer=s["layer"],
+                plan=s.get("plan", "in"),
+                d=s["d"],
+                dtype=getattr(torch, s["dtype"]),
+                halo=None if s["halo"] is None else s["halo"].to(device),
+                grad=None if s["grad"] is None else s["grad"].to(device),
+                fresh_epoch=s["fresh_epoch"],
+            )
+            for s in state
+        ]

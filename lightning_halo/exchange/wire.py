@@ -1,0 +1,279 @@
+r"""The wire: encode rows, hand them to a transport, wait, decode; timed and counted.
+
+This is the only module of :mod:`lightning_halo.exchange` that calls ``torch.distributed``
+(:class:`DistTransport`). :class:`ThreadGroup` is an in-process transport for tests: ``P``
+threads play ``P`` ranks, so the schedule, slot and layer logic are unit-tested without
+processes. Every collective of :class:`DistTransport` runs on the halo process group, which
+:class:`~lightning_halo.HaloQuantStrategy` creates with a timeout: a dead peer raises
+:class:`HaloExchangeError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from lightning_halo.exchange.meter import TrafficMeter
+
+
+class HaloExchangeError(RuntimeError):
+    """A halo collective failed or timed out; the message names the layer, direction and rank."""
+
+
+class Work(Protocol):
+    def wait(self) -> Any: ...
+
+
+class Transport(Protocol):
+    """Point-to-point traffic of one rank with its peers, as one ``all_to_all`` per call."""
+
+    rank: int
+    world_size: int
+
+    def all_to_all(
+        self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
+    ) -> Optional[Work]: ...
+
+    def all_reduce_min_(self, t: Tensor) -> None: ...
+
+
+class DistTransport:
+    """``torch.distributed`` collectives on the halo process group (gloo or NCCL)."""
+
+    def __init__(self, group: Any, rank: int, world_size: int) -> None:
+        self.group, self.rank, self.world_size = group, rank, world_size
+
+    def all_to_all(
+        self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
+    ) -> Optional[Work]:
+        return dist.all_to_all_single(
+            recv, send, list(recv_splits), list(send_splits), group=self.group, async_op=async_op
+        )
+
+    def all_reduce_min_(self, t: Tensor) -> None:
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+
+
+class SoloTransport:
+    """World size 1: there is nobody to talk to; an exchange moves nothing."""
+
+    rank, world_size = 0, 1
+
+    def all_to_all(
+        self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
+    ) -> Optional[Work]:
+        if recv.numel():
+            recv.copy_(send)
+        return None
+
+    def all_reduce_min_(self, t: Tensor) -> None:
+        return None
+
+
+class ThreadGroup:
+    """``P`` in-process ranks for tests: each thread gets ``group.transport(rank)``.
+
+    Every rank must issue the same collectives in the same order (as with real processes);
+    a rank that waits more than ``timeout`` seconds for a peer raises ``RuntimeError``.
+
+    Example:
+        >>> g = ThreadGroup(2); g.transport(1).rank
+        1
+    """
+
+    def __init__(self, world_size: int, timeout: float = 30.0) -> None:
+        self.world_size, self.timeout = world_size, timeout
+        self._cv = threading.Condition()
+        self._box: dict[tuple[int, int, int], Any] = {}  # (sequence, sender, receiver) -> payload
+
+    def transport(self, rank: int) -> _ThreadTransport:
+        return _ThreadTransport(self, rank)
+
+    def _put(self, seq: int, src: int, items: dict[int, Any]) -> None:
+        with self._cv:
+            for dst, payload in items.items():
+                self._box[(seq, src, dst)] = payload
+            self._cv.notify_all()
+
+    def _take(self, seq: int, dst: int) -> list[Any]:
+        keys = [(seq, src, dst) for src in range(self.world_size)]
+        with self._cv:
+            if not self._cv.wait_for(lambda: all(k in self._box for k in keys), timeout=self.timeout):
+                raise RuntimeError(f"ThreadGroup: rank {dst} timed out waiting for collective #{seq}")
+            return [self._box.pop(k) for k in keys]
+
+
+class _ThreadWork:
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def wait(self) -> None:
+        self._fn()
+
+
+class _ThreadTransport:
+    def __init__(self, group: ThreadGroup, rank: int) -> None:
+        self.group, self.rank, self.world_size = group, rank, group.world_size
+        self._seq = 0
+
+    def all_to_all(
+        self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
+    ) -> Optional[Work]:
+        seq, self._seq = self._seq, self._seq + 1
+        chunks = torch.split(send.detach().clone(), list(send_splits))
+        self.group._put(seq, self.rank, dict(enumerate(chunks)))
+
+        def land() -> None:
+            parts = self.group._take(seq, self.rank)
+            if recv.numel():
+                recv.copy_(torch.cat(parts))
+
+        if async_op:
+            return _ThreadWork(land)
+        land()
+        return None
+
+    def all_reduce_min_(self, t: Tensor) -> None:
+        seq, self._seq = self._seq, self._seq + 1
+        self.group._put(seq, self.rank, {q: t.clone() for q in range(self.world_size)})
+        t.copy_(torch.stack(self.group._take(seq, self.rank)).min(0).values)
+
+
+@dataclass
+class Pending:
+    """A collective in flight and the buffers it reads and writes."""
+
+    work: Optional[Work]
+    recv: Tensor
+    send: Tensor  # kept alive until the collective completes (NCCL reads it asynchronously)
+    rows: int
+    d: int
+    bits: int
+    dtype: torch.dtype
+    layer: str
+    direction: str
+    epoch: int = 0  # training epoch whose rows/gradients this carries
+
+
+class Wire:
+    r"""Rows over a :class:`Transport`: ``bits=32`` raw rows in their own dtype (exact), else the
+    :mod:`lightning_halo.quant` row records (uint8). Counts bytes and times into a meter.
+
+    Args:
+        transport: the rank's transport.
+        meter (TrafficMeter): where bytes and times go.
+        check_finite (bool): raise on NaN/Inf in raw (``bits=32``) rows (the codec checks the rest).
+    """
+
+    def __init__(self, transport: Transport, meter: TrafficMeter, check_finite: bool = True) -> None:
+        self.transport, self.meter, self.check_finite = transport, meter, check_finite
+
+    @property
+    def rank(self) -> int:
+        return self.transport.rank
+
+    def _encode(self, rows: Tensor, bits: int, where: str, generator: Optional[torch.Generator]) -> Tensor:
+        if bits == 32:
+            if self.check_finite and rows.numel() and not bool(torch.isfinite(rows).all()):
+                from lightning_halo.quant import NonFiniteError
+
+                bad = int(torch.nonzero(~torch.isfinite(rows))[0, 0])
+                raise NonFiniteError(f"non-finite value in {where} (row {bad}); training diverged or the input holds NaN/Inf")
+            return rows.contiguous()
+        from lightning_halo.quant import quantize
+
+        return quantize(rows, bits, generator, where=where).data.reshape(-1)
+
+    def post(
+        self,
+        rows: Tensor,
+        bits: int,
+        out_counts: Sequence[int],
+        in_counts: Sequence[int],
+        layer: str,
+        direction: str,
+        *,
+        generator: Optional[torch.Generator] = None,
+        async_op: bool = False,
+        epoch: int = 0,
+    ) -> Pending:
+        """Start sending ``rows`` (``[sum(out_counts), d]``) and receiving ``sum(in_counts)`` rows."""
+        d, dtype = int(rows.size(1)), rows.dtype
+        t0 = time.perf_counter()
+        send = self._encode(rows, bits, f"halo {direction} rows of layer '{layer}' on rank {self.rank}", generator)
+        t1 = time.perf_counter()
+        self.meter.add_codec(t1 - t0)
+        n_in = sum(in_counts)
+        if bits == 32:
+            recv = rows.new_empty((n_in, d))
+            out_split, in_split = list(out_counts), list(in_counts)
+        else:
+            from lightning_halo.quant import row_nbytes
+
+            r = row_nbytes(d, bits, dtype)
+            recv = torch.empty(n_in * r, dtype=torch.uint8, device=rows.device)
+            out_split, in_split = [c * r for c in out_counts], [c * r for c in in_counts]
+        self.meter.add(layer, direction, send.numel() * send.element_size(), rows.size(0) * d * 4)
+        try:
+            work = self.transport.all_to_all(recv, send, in_split, out_split, async_op)
+        except RuntimeError as err:
+            raise self.error(err, layer, direction) from err
+        if not async_op:  # the call itself blocked until the peers' rows arrived
+            self.meter.add_wait(time.perf_counter() - t1)
+        return Pending(work, recv, send, n_in, d, bits, dtype, layer, direction, epoch)
+
+    def finish(self, pending: Pending) -> Tensor:
+        """Wait for ``pending`` (if asynchronous) and return the received rows, decoded."""
+        if pending.work is not None:
+            t0 = time.perf_counter()
+            try:
+                pending.work.wait()
+            except RuntimeError as err:
+                raise self.error(err, pending.layer, pending.direction) from err
+            self.meter.add_wait(time.perf_counter() - t0)
+            pending.work = None
+        if pending.bits == 32:
+            return pending.recv
+        from lightning_halo.quant import QuantizedRows, dequantize
+
+        t0 = time.perf_counter()
+        q = QuantizedRows.from_buffer(pending.recv, pending.rows, pending.d, pending.bits, pending.dtype)
+        rows = dequantize(q, pending.dtype)
+        self.meter.add_codec(time.perf_counter() - t0)
+        return rows
+
+    def exchange(
+        self,
+        rows: Tensor,
+        bits: int,
+        out_counts: Sequence[int],
+        in_counts: Sequence[int],
+        layer: str,
+        direction: str,
+        generator: Optional[torch.Generator] = None,
+    ) -> Tensor:
+        """Blocking :meth:`post` + :meth:`finish`."""
+        pending = self.post(rows, bits, out_counts, in_counts, layer, direction, generator=generator)
+        return self.finish(pending)
+
+    def all_agree(self, flags: Tensor, layer: str) -> Tensor:
+        """Element-wise minimum of an int tensor over all ranks (one tiny all-reduce)."""
+        if self.transport.world_size == 1:
+            return flags
+        try:
+            self.transport.all_reduce_min_(flags)
+        except RuntimeError as err:
+            raise self.error(err, layer, "agree") from err
+        return flags
+
+    def error(self, err: Exception, layer: str, direction: str) -> HaloExchangeError:
+        return HaloExchangeError(
+            f"halo exchange failed on rank {self.rank} ({direction} of layer '{layer}'): {err}. A peer process may have "
+            "died, run out of memory or called different layers; the timeout is HaloQuantStrategy(halo_timeout=...)."
+        )

@@ -1,0 +1,427 @@
+r"""Which PyG layers can run on a partition, how, and why the others cannot.
+
+Every class of :mod:`torch_geometric.nn.conv` is listed here with its status (a test keeps the
+list complete). How a supported layer is fed on a partition (its *kind*):
+
+* ``"bipartite"``: called as ``layer((x_inner ++ x_halo, x_inner), edge_index)``; the output
+  has the inner rows only (no work for halo rows);
+* ``"full"``: called on ``x_inner ++ x_halo``; the output is cut back to the inner rows;
+* ``"gcn"``: like ``"full"``, with a normalisation that reads the degrees of the *sources*,
+  computed globally (the halo nodes' degrees come from their owners, once);
+* ``"steps"``: the layer propagates several times in one call (APPNP, SGConv, ChebConv, ...):
+  it is called on the inner rows, and before *every* propagation the halo rows of what it
+  propagates are fetched from their owners, as if the steps were stacked layers.
+
+Each supported class also declares how many ``propagate`` calls one forward makes (more is
+refused: a multi-hop layer registered as single-step would read halo rows that nobody
+updated), its normalisation (computed exactly on the partition, see
+:mod:`lightning_halo.layers.normalize`), and whether it can aggregate with the fused sparse
+kernel (:mod:`lightning_halo.layers.fused`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional, Union
+
+from torch.nn import Module
+from torch_geometric.nn import MessagePassing
+
+LayerKind = Literal["bipartite", "full", "gcn", "steps"]
+KINDS: tuple[str, ...] = ("bipartite", "full", "gcn", "steps")
+Reduce = Literal["sum", "mean", "max", "min"]
+
+
+class UnsupportedLayerError(TypeError):
+    """A message-passing layer cannot be run on partitions (or is unknown); the message says why."""
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A layer's normalisation, to be computed on the partition exactly as on the whole graph.
+
+    ``kind``: ``"gcn"`` (:func:`~lightning_halo.layers.normalize.gcn_weights`), ``"cheb"``
+    (:func:`~lightning_halo.layers.normalize.laplacian_weights`) or ``"cluster"``
+    (:func:`~lightning_halo.layers.normalize.cluster_gcn_weights`).
+    """
+
+    kind: Literal["gcn", "cheb", "cluster"]
+    improved: bool = False
+    add_self_loops: bool = False
+    normalization: Optional[str] = None  # cheb: None, "sym", "rw"
+    lambda_max: Optional[float] = None
+    diag_lambda: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """How one layer class runs on a partition (see the module docstring).
+
+    Attributes:
+        kind: how it is fed.
+        propagations: ``propagate`` calls per forward (a number, or a function of the layer;
+            ``None``: any number, all reading the layer's exchanged input).
+        norm: the normalisation of an instance for a call (``(layer, call arguments) -> Norm``).
+        switch: name of the layer's flag that turns its own normalisation off while ours is used.
+        renormalizes: it normalises in ``forward`` without such a flag: it is given a placeholder
+            and the real edges (with our weights) are put into every ``propagate`` call.
+        weight_arg: ``forward`` argument holding per-edge weights (consumed by the normalisation
+            or folded into the fused kernel).
+        weight_kwarg: ``propagate`` keyword carrying the per-edge weights.
+        fused: the aggregation of an instance when it can use the fused kernel, else ``None``.
+        feed: per-instance override of the kind's feeding (``"full"`` where PyG rejects
+            bipartite input for an option).
+        caches: names of PyG cache attributes, cleared when hooks are installed or removed.
+    """
+
+    kind: LayerKind
+    propagations: Union[int, None, Callable[[Module], Optional[int]]] = 1
+    norm: Optional[Callable[[Module, dict], Optional[Norm]]] = None
+    switch: Optional[str] = None
+    renormalizes: bool = False
+    weight_arg: Optional[str] = None
+    weight_kwarg: str = "edge_weight"
+    fused: Optional[Callable[[Module], Optional[str]]] = None
+    feed: Optional[Callable[[Module], str]] = None
+    caches: tuple[str, ...] = ()
+
+    def max_propagations(self, module: Module) -> Optional[int]:
+        p = self.propagations
+        return p(module) if callable(p) else p
+
+    def feeding(self, module: Module) -> str:
+        """``"bipartite"``, ``"full"`` or ``"steps"`` for this instance."""
+        if self.feed is not None:
+            return self.feed(module)
+        return {"gcn": "full"}.get(self.kind, self.kind)
+
+    def reduce(self, module: Module) -> Optional[str]:
+        """The fused kernel's aggregation for this instance, or None (the ``edge_index`` path)."""
+        if self.fused is None or not getattr(module, "fuse", False):
+            return None
+        if getattr(module, "decomposed_layers", 1) != 1 or getattr(module, "explain", False):
+            return None
+        return self.fused(module)
+
+
+@dataclass
+class _Registry:
+    specs: dict[type, LayerSpec] = field(default_factory=dict)
+    refused: dict[type, str] = field(default_factory=dict)
+    wrappers: dict[str, str] = field(default_factory=dict)  # non-MessagePassing modules of nn.conv
+    refused_wrappers: dict[str, str] = field(default_factory=dict)
+
+
+_REG = _Registry()
+
+
+def _str_aggr(module: Module) -> Optional[str]:
+    aggr = getattr(module, "aggr", None)
+    aggr = "sum" if aggr == "add" else aggr
+    return aggr if aggr in ("sum", "mean", "max", "min") else None
+
+
+def _sum_aggr(module: Module) -> Optional[str]:
+    return "sum" if _str_aggr(module) == "sum" else None
+
+
+def _gcn_norm(improved: Callable[[Module], bool], loops: Callable[[Module], bool], flag: Optional[str]):
+    def norm(module: Module, args: dict) -> Optional[Norm]:
+        if flag is not None and not getattr(module, flag):
+            return None
+        return Norm("gcn", improved=bool(improved(module)), add_self_loops=bool(loops(module)))
+
+    return norm
+
+
+def _never(_: Module) -> bool:
+    return False
+
+
+def _attr(name: str) -> Callable[[Module], bool]:
+    return lambda m: bool(getattr(m, name, False))
+
+
+def _cheb_norm(module: Module, args: dict) -> Norm:
+    lam = args.get("lambda_max")
+    if args.get("batch") is not None:
+        raise UnsupportedLayerError(
+            "ChebConv was called with batch=...: per-graph lambda_max is for mini-batches of graphs, not a partition "
+            "of one graph; call it without batch."
+        )
+    if lam is not None and hasattr(lam, "numel"):
+        if lam.numel() != 1:
+            raise UnsupportedLayerError("ChebConv's lambda_max must be one number on a partition (one graph)")
+        lam = float(lam.reshape(-1)[0])
+    return Norm("cheb", normalization=module.normalization, lambda_max=None if lam is None else float(lam))
+
+
+def _cluster_norm(module: Module, args: dict) -> Optional[Norm]:
+    if not module.add_self_loops:
+        return None  # its own weights read only target degrees: exact locally, nothing to replace
+    return Norm("cluster", diag_lambda=float(module.diag_lambda))
+
+
+def _relations(module: Module) -> int:
+    return max(1, int(getattr(module, "num_relations", 1)))
+
+
+def _register_builtin() -> None:
+    from torch_geometric.nn import conv as c
+
+    bip = LayerSpec("bipartite")
+    specs: dict[str, LayerSpec] = {
+        "SAGEConv": LayerSpec("bipartite", fused=_str_aggr),
+        "GraphConv": LayerSpec("bipartite", fused=_str_aggr, weight_arg="edge_weight"),
+        "GINConv": LayerSpec("bipartite", fused=_sum_aggr),
+        "SimpleConv": LayerSpec(
+            "bipartite",
+            fused=lambda m: None if m.combine_root == "self_loop" else _str_aggr(m),
+            weight_arg="edge_weight",
+            feed=lambda m: "full" if m.combine_root == "self_loop" else "bipartite",
+        ),
+        "FiLMConv": LayerSpec("bipartite", propagations=_relations),
+        "RGCNConv": LayerSpec("bipartite", propagations=_relations),
+        "FastRGCNConv": LayerSpec("bipartite"),
+        "RGATConv": LayerSpec("full"),
+        "ClusterGCNConv": LayerSpec(
+            "full", norm=_cluster_norm, renormalizes=True, fused=lambda m: _sum_aggr(m) if m.add_self_loops else None
+        ),
+        "PNAConv": LayerSpec("full"),
+        "AGNNConv": LayerSpec("full"),
+        "FeaStConv": LayerSpec("full"),
+        "GCNConv": LayerSpec(
+            "gcn", norm=_gcn_norm(_attr("improved"), _attr("add_self_loops"), "normalize"), switch="normalize",
+            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        ),
+        "LGConv": LayerSpec(
+            "gcn", norm=_gcn_norm(_never, _never, "normalize"), switch="normalize", weight_arg="edge_weight",
+            fused=_sum_aggr,
+        ),
+        "APPNP": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+            switch="normalize", weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        ),
+        "SGConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_x",),
+        ),
+        "SSGConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_h",),
+        ),
+        "TAGConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _never, "normalize"), switch="normalize",
+            weight_arg="edge_weight", fused=_sum_aggr,
+        ),
+        # its propagations carry [stacks, N, F] tensors, which torch.sparse.mm cannot multiply
+        "ARMAConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _never, None), renormalizes=True, weight_arg="edge_weight"
+        ),
+        "GatedGraphConv": LayerSpec("steps", propagations=None, weight_arg="edge_weight", fused=_sum_aggr),
+        "MixHopConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+            weight_arg="edge_weight", fused=_sum_aggr,
+        ),
+        "GCN2Conv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+            switch="normalize", weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        ),
+        "FAConv": LayerSpec(
+            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+            switch="normalize", weight_arg="edge_weight", caches=("_cached_edge_index", "_cached_adj_t"),
+        ),
+        "ChebConv": LayerSpec(
+            "steps", propagations=None, norm=_cheb_norm, renormalizes=True, weight_arg="edge_weight", weight_kwarg="norm",
+        ),
+    }
+    for name in ("GATConv", "GATv2Conv", "TransformerConv", "GINEConv", "ResGatedGraphConv", "LEConv", "GENConv",
+                 "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv"):  # fmt: skip
+        specs[name] = bip
+    refused = {
+        "EGConv": "its symmetric-normalised aggregators read source degrees",
+        "DNAConv": "it takes a stack of all previous layers' features",
+        "PointNetConv": "it takes node positions as a second node-level input",
+        "PPFConv": "it takes node positions and normals as extra node-level inputs",
+        "PointTransformerConv": "it takes node positions as a second node-level input",
+        "PointGNNConv": "it takes node positions as a second node-level input",
+        "DynamicEdgeConv": "it builds a k-NN graph over all nodes' features",
+        "GravNetConv": "it builds a k-NN graph over all nodes' features",
+        "SuperGATConv": "its self-supervised attention loss samples negative edges over the whole graph",
+        "HypergraphConv": "it takes hyperedges, not an edge_index of node pairs",
+        "PDNConv": "it normalises with source degrees computed from learned edge weights",
+        "SignedConv": "it takes separate positive and negative edge sets",
+        "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
+        "PANConv": "it builds path matrices over the whole graph with torch-sparse",
+        "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
+        "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings)",
+        "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
+        "MeshCNNConv": "it convolves mesh edges, not nodes",
+        "SplineConv": "its exactness on partitions is not verified (it needs torch-spline-conv, not installable "
+        "here); declare it with register_layer(SplineConv, 'bipartite') if you rely on it",
+        "FusedGATConv": "it needs the dgNN CUDA kernels and their CSR/CSC inputs of the whole graph",
+    }
+    for name, spec in specs.items():
+        cls = getattr(c, name, None)
+        if cls is not None:
+            _REG.specs.setdefault(cls, spec)
+    for name, why in refused.items():
+        cls = getattr(c, name, None)
+        if cls is not None and cls not in _REG.specs:
+            _REG.refused[cls] = why
+    _REG.wrappers.update({
+        "DirGNNConv": "exact through its inner layer, run on the in-edges and on the reversed out-edges",
+        "AntiSymmetricConv": "exact through its inner layer `phi` (each iteration exchanges its input)",
+    })  # fmt: skip
+    _REG.refused_wrappers.update({
+        "GPSConv": "its global attention reads every node of the graph",
+        "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported",
+        "WLConv": "it hashes colours over the whole graph",
+        "XConv": "it builds a k-NN graph over all nodes' positions",
+        "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+        "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+        "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+    })  # fmt: skip
+
+
+_register_builtin()
+
+
+def register_layer(
+    cls: type,
+    kind: LayerKind,
+    *,
+    propagations: Optional[int] = 1,
+    weight_arg: Optional[str] = None,
+) -> None:
+    r"""Declare how ``cls`` runs on a partition (for custom or unlisted PyG layers).
+
+    Use ``"bipartite"`` if the layer accepts ``(x_src, x_dst)`` and the output of node
+    :math:`i` depends only on :math:`x_i`, its in-edges (and their attributes) and the
+    features of their sources; ``"full"`` for the same property without bipartite input;
+    ``"gcn"`` for layers with GCN's ``normalize`` / ``improved`` / ``add_self_loops``
+    attributes whose normalisation reads source degrees; ``"steps"`` for a layer that calls
+    ``propagate`` several times in one forward, each step reading the previous step's
+    output (APPNP-like): its input is exchanged before every propagation.
+
+    Args:
+        cls (type): a :class:`~torch_geometric.nn.conv.MessagePassing` subclass.
+        kind (str): ``"bipartite"``, ``"full"``, ``"gcn"`` or ``"steps"``.
+        propagations (int, optional): ``propagate`` calls one forward of a ``"bipartite"``,
+            ``"full"`` or ``"gcn"`` layer makes, all on its (exchanged) input; a call that
+            propagates more often is refused. ``None``: any number. (default: ``1``)
+        weight_arg (str, optional): the ``forward`` argument holding per-edge weights, for
+            ``"gcn"`` layers. (default: ``None``; ``"edge_weight"`` for ``"gcn"``)
+
+    Example:
+        >>> class MyConv(MessagePassing): ...
+        >>> register_layer(MyConv, "full")
+    """
+    if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
+        raise TypeError(f"register_layer expects a MessagePassing subclass, got {cls!r}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown layer kind {kind!r}; choose one of {', '.join(map(repr, KINDS))}")
+    if propagations is not None and (not isinstance(propagations, int) or propagations < 1):
+        raise ValueError(f"propagations must be a positive integer or None, got {propagations!r}")
+    if kind == "gcn":
+        spec = LayerSpec(
+            "gcn", propagations=propagations, norm=_gcn_norm(_attr("improved"), _attr("add_self_loops"), "normalize"),
+            switch="normalize", weight_arg=weight_arg or "edge_weight",
+        )
+    elif kind == "steps":
+        spec = LayerSpec("steps", propagations=None, weight_arg=weight_arg)
+    else:
+        spec = LayerSpec(kind, propagations=propagations, weight_arg=weight_arg)
+    _REG.refused.pop(cls, None)
+    _REG.specs[cls] = spec
+
+
+def layer_spec(module: Module) -> LayerSpec:
+    """The spec of ``module`` (exact class match), or :class:`UnsupportedLayerError` saying why and what to do."""
+    cls = type(module)
+    if cls in _REG.specs:
+        return _REG.specs[cls]
+    if cls in _REG.refused:
+        raise UnsupportedLayerError(
+            f"{cls.__name__} cannot run on graph partitions: {_REG.refused[cls]}. Supported layers: "
+            f"{', '.join(supported_layers())}."
+        )
+    raise UnsupportedLayerError(
+        f"{cls.__name__} is a MessagePassing layer lightning-halo does not know, so it cannot tell whether running it "
+        "on a partition gives the full-graph result. If the output of a node depends only on its own features, its "
+        "in-edges and their sources' features, declare it: lightning_halo.register_layer("
+        f"{cls.__name__}, 'bipartite' if it accepts (x_src, x_dst) else 'full'); if it propagates several times per "
+        "call, use 'steps'."
+    )
+
+
+def layer_kind(module: Module) -> LayerKind:
+    """The kind of ``module`` (see :func:`layer_spec`)."""
+    return layer_spec(module).kind
+
+
+def refused_wrapper(module: Module) -> Optional[str]:
+    """Why a non-message-passing module of ``torch_geometric.nn.conv`` (e.g. ``GPSConv``) is refused, or None."""
+    return _REG.refused_wrappers.get(type(module).__name__) if type(module).__module__.startswith("torch_geometric") else None
+
+
+def supported_layers() -> dict[str, LayerKind]:
+    """Name -> kind of every layer class lightning-halo knows how to run (built-in and registered).
+
+    Example:
+        >>> supported_layers()["SAGEConv"]
+        'bipartite'
+    """
+    return {cls.__name__: spec.kind for cls, spec in sorted(_REG.specs.items(), key=lambda kv: kv[0].__name__)}
+
+
+def unsupported_layers() -> dict[str, str]:
+    """Name -> reason for PyG layers (and wrapper modules) that cannot run on partitions.
+
+    Example:
+        >>> "EGConv" in unsupported_layers()
+        True
+    """
+    out = {cls.__name__: why for cls, why in _REG.refused.items()}
+    out.update(_REG.refused_wrappers)
+    return dict(sorted(out.items()))
+
+
+def wrapper_layers() -> dict[str, str]:
+    """Name -> how it runs, for PyG conv modules that wrap a supported layer (``DirGNNConv``, ...).
+
+    Example:
+        >>> "DirGNNConv" in wrapper_layers()
+        True
+    """
+    return dict(sorted(_REG.wrappers.items()))
+
+
+def fusable(module: Module) -> Optional[str]:
+    """The fused kernel's aggregation for ``module``, or None."""
+    return layer_spec(module).reduce(module)
+
+
+def clear_caches(module: Module) -> None:
+    """Drop PyG's per-layer caches (computed on another graph: the whole one, or another partition)."""
+    for name in layer_spec(module).caches:
+        if getattr(module, name, None) is not None:
+            setattr(module, name, None)
+
+
+__all__ = [
+    "KINDS",
+    "LayerKind",
+    "LayerSpec",
+    "Norm",
+    "UnsupportedLayerError",
+    "clear_caches",
+    "fusable",
+    "layer_kind",
+    "layer_spec",
+    "refused_wrapper",
+    "register_layer",
+    "supported_layers",
+    "unsupported_layers",
+    "wrapper_layers",
+]

@@ -1,0 +1,117 @@
+"""Run the ranks of a model in threads (exchange over ``ThreadGroup``): fast in-process parity.
+
+Each thread plays one rank: its own copy of the model with lightning-halo's layer hooks, its
+own :class:`HaloExchanger` over an in-process transport, its partition. One forward and
+backward; the loss is each rank's share of the global mean over train nodes, so the ranks'
+parameter gradients *sum* to the whole graph's (what DDP's average computes with the
+strategy's loss scaling). The reference is plain PyG on the whole graph.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_halo.exchange import HaloExchanger, ThreadGroup
+from lightning_halo.layers.hooks import LayerContext, install_hooks
+from lightning_halo.partition import build_halo_partitions, partition_graph
+
+Forward = Callable[[nn.Module, Any], torch.Tensor]
+
+
+def plain_forward(model: nn.Module, batch: Any) -> torch.Tensor:
+    return model(batch.x, batch.edge_index)
+
+
+def _loss(out: torch.Tensor, batch: Any, n_train: int) -> torch.Tensor:
+    mask = batch.train_mask
+    return F.cross_entropy(out[mask], batch.y[mask], reduction="sum") / n_train
+
+
+def reference(model: nn.Module, data: Any, forward: Forward = plain_forward) -> dict[str, Any]:
+    model = copy.deepcopy(model)
+    out = forward(model, data)
+    loss = _loss(out, data, int(data.train_mask.sum()))
+    loss.backward()
+    return {"out": out.detach(), "loss": float(loss.detach()), "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}}
+
+
+def run_threaded(
+    model: nn.Module,
+    data: Any,
+    world_size: int,
+    forward: Forward = plain_forward,
+    *,
+    bits: int = 32,
+    aggregation: str = "auto",
+    parts: Optional[list] = None,
+    steps: int = 1,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Logits of every node (assembled), loss, summed gradients, and each rank's layer choices."""
+    if parts is None:
+        parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
+    group = ThreadGroup(world_size, timeout=timeout)
+    n_train = int(data.train_mask.sum())
+    results: list[Any] = [None] * world_size
+    errors: list[Optional[BaseException]] = [None] * world_size
+
+    def rank_main(r: int) -> None:
+        try:
+            net = copy.deepcopy(model)
+            ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
+            ctx = LayerContext(ex, aggregation)  # type: ignore[arg-type]
+            hooks = install_hooks(net, ctx)
+            part = parts[r]
+            ex.bind(part)
+            ctx.bind(part)
+            for step in range(steps):
+                ex.begin_step(True, epoch=step)
+                net.zero_grad()
+                out = forward(net, part)
+                loss = ex.prepare_loss(_loss(out, part, n_train))
+                loss.backward()
+            grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
+            results[r] = {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
+                          "choices": dict(ctx.choices), "meter": dict(ex.meter.total)}  # fmt: skip
+            for h in hooks:
+                h.remove()
+        except BaseException as err:  # noqa: BLE001 - reported by the caller
+            errors[r] = err
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 30)
+    for err in errors:
+        if err is not None:
+            raise err
+    d = results[0]["out"].size(-1)
+    out = torch.full((data.num_nodes, d), float("nan"), dtype=results[0]["out"].dtype)
+    grad: dict[str, torch.Tensor] = {}
+    for res in results:
+        out[res["ids"]] = res["out"]
+        for k, g in res["grad"].items():
+            grad[k] = grad[k] + g if k in grad else g.clone()
+    return {
+        "out": out,
+        "loss": sum(r["loss"] for r in results),
+        "grad": grad,
+        "choices": results[0]["choices"],
+        "meters": [r["meter"] for r in results],
+    }
+
+
+def assert_same(got: dict, ref: dict, atol: float = 1e-9, rtol: float = 1e-7, what: str = "") -> None:
+    assert not torch.isnan(got["out"]).any(), f"{what}: some node's logits were produced by no rank"
+    torch.testing.assert_close(got["out"], ref["out"], atol=atol, rtol=rtol, msg=lambda m: f"{what} logits: {m}")
+    assert abs(got["loss"] - ref["loss"]) <= atol + rtol * abs(ref["loss"]), (what, got["loss"], ref["loss"])
+    assert set(got["grad"]) == set(ref["grad"]), (what, set(got["grad"]) ^ set(ref["grad"]))
+    for k, g in ref["grad"].items():
+        torch.testing.assert_close(got["grad"][k], g, atol=atol, rtol=rtol, msg=lambda m: f"{what} grad {k}: {m}")
