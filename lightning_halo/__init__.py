@@ -17,6 +17,7 @@ from lightning_halo.layers import (
     unsupported_layers,
     wrapper_layers,
 )
+from lightning_halo.loss import global_mean
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats, sparse_adjacency
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.strategy import HaloQuantStrategy
@@ -38,6 +39,7 @@ __all__ = [
     "UnsupportedEdgesError",
     "UnsupportedLayerError",
     "build_halo_partitions",
+    "global_mean",
     "load_graph",
     "partition_graph",
     "partition_stats",

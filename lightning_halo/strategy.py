@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
@@ -17,12 +17,14 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_halo.exchange import DistTransport, HaloExchanger, check_signatures
+from lightning_halo.loss import LossScaling, check_scale_loss
 from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import SUPPORTED_BITS
@@ -61,18 +63,28 @@ class HaloQuantStrategy(DDPStrategy):
     single-process training; lower ``bits`` quantize what crosses the wire with unbiased
     stochastic rounding (`Sylvie <https://arxiv.org/abs/2303.01277>`_).
 
-    The loss returned by ``training_step`` is taken as a mean over the partition's train
-    nodes and multiplied by :math:`P\,n_r / N_{train}`, so that DDP's averaged gradient is
-    the gradient of the mean over all train nodes of the graph
+    What ``training_step`` returns must be said with ``scale_loss`` (see
+    :mod:`lightning_halo.loss`), because DDP averages the ranks' gradients. By default
+    (``"train_mean"``) it is taken as a mean over the partition's train nodes, as
+    ``F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])`` is, and multiplied by
+    :math:`P\,n_r / N_{train}`, so that DDP's averaged gradient is the gradient of the mean
+    over all train nodes of the graph
     (:math:`\frac{1}{P}\sum_r \nabla (P\,n_r/N)\,L_r = \nabla \frac{1}{N}\sum_i \ell_i`).
+    A loss over other nodes (a subset of the train nodes, class weights, a sum) is scaled
+    wrongly by that rule: return this rank's *share* of the global objective instead (e.g.
+    :func:`~lightning_halo.global_mean`) with ``scale_loss="share"``.
 
     Args:
         bits (int, optional): bits per value of forward halo rows in training: ``1``, ``2``,
             ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact). (default: ``1``)
         grad_bits (int, optional): bits of backward halo gradients. (default: ``bits``)
         eval_bits (int, optional): bits for validation/test/predict. (default: ``32``)
-        scale_loss (bool, optional): rescale the loss as above; turn off if your
-            ``training_step`` already returns a globally normalised sum. (default: ``True``)
+        scale_loss (str, optional): what the loss is: ``"train_mean"`` (a mean over the
+            partition's train nodes; multiplied by :math:`P\,n_r/N_{train}`), ``"share"``
+            (this rank's share of the global objective: the ranks' losses sum to it, e.g.
+            :func:`~lightning_halo.global_mean` or a sum over nodes; multiplied by :math:`P`)
+            or ``"none"`` (as returned, DDP averages). ``True``/``False`` mean
+            ``"train_mean"``/``"none"``. (default: ``"train_mean"``)
         halo_timeout (float, optional): seconds a halo collective may wait for its peers
             before raising (a dead rank must not hang the job). (default: ``300``)
         seed (int, optional): seed of the per-rank stochastic-rounding generators. (default: ``0``)
@@ -120,7 +132,7 @@ class HaloQuantStrategy(DDPStrategy):
         bits: int = 1,
         grad_bits: Optional[int] = None,
         eval_bits: int = 32,
-        scale_loss: bool = True,
+        scale_loss: Union[bool, LossScaling] = "train_mean",
         halo_timeout: float = 300.0,
         seed: int = 0,
         check_finite: bool = True,
@@ -160,7 +172,7 @@ class HaloQuantStrategy(DDPStrategy):
             static_graph=static_graph,
             gradient_as_bucket_view=gradient_as_bucket_view,
         )
-        self.scale_loss = scale_loss
+        self.scale_loss: LossScaling = check_scale_loss(scale_loss)
         self.halo_timeout = float(halo_timeout)
         self.num_threads = num_threads
         #: The exchange (owns bits, seeds and all per-rank halo state).
@@ -171,6 +183,7 @@ class HaloQuantStrategy(DDPStrategy):
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
         self._plans_checked: set[int] = set()
+        self._reported: dict[str, str] = {}
 
     @property
     def bits(self) -> int:
@@ -316,10 +329,19 @@ class HaloQuantStrategy(DDPStrategy):
         check_signatures(sigs, self.global_rank)
         self._plans_checked.add(key)
 
+    def _report_layers(self) -> None:
+        """Say once, on rank 0, how each layer runs (fused or edge_index, and why)."""
+        choices = self._layers.choices
+        if choices != self._reported:
+            new = {k: v for k, v in choices.items() if self._reported.get(k) != v}
+            self._reported = dict(choices)
+            rank_zero_info("lightning-halo layers:\n" + "\n".join(f"  {k}: {v}" for k, v in new.items()))
+
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT:
         self._begin(args, kwargs, training=True)
         out = super().training_step(*args, **kwargs)
+        self._report_layers()
         module = self.lightning_module
         if out is None and module is not None and module.automatic_optimization and self.exchanger.active:
             raise RuntimeError(
@@ -331,7 +353,9 @@ class HaloQuantStrategy(DDPStrategy):
     @override
     def validation_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT:
         self._begin(args, kwargs, training=False)
-        return super().validation_step(*args, **kwargs)
+        out = super().validation_step(*args, **kwargs)
+        self._report_layers()
+        return out
 
     @override
     def test_step(self, *args: Any, **kwargs: Any) -> STEP_OUTPUT:
@@ -347,8 +371,10 @@ class HaloQuantStrategy(DDPStrategy):
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
         loss = closure_loss
         part = self.exchanger.part
-        if self.scale_loss and part is not None:
+        if self.scale_loss == "train_mean" and part is not None:
             loss = self._scale(loss, part)
+        elif self.scale_loss == "share":
+            loss = loss * self.world_size
         loss = self.exchanger.prepare_loss(loss)
         return super().backward(loss, optimizer, *args, **kwargs)
 

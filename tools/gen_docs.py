@@ -17,20 +17,11 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-_KIND_TEXT = {
-    "bipartite": "bipartite `(x_halo_and_inner, x_inner)`: no work for halo rows",
-    "full": "full `[x_inner; x_halo]`, output cut to inner rows",
-    "gcn": "full, with global degrees exchanged once (exact normalisation)",
-}
-
-
 def layers_table() -> str:
-    from lightning_halo import supported_layers, unsupported_layers
+    from lightning_halo.layers.registry import layer_table
 
-    lines = ["| layer | how it runs on a partition |", "|---|---|"]
-    lines += [f"| `{name}` | {_KIND_TEXT[kind]} |" for name, kind in supported_layers().items()]
-    lines += ["", "| refused layer | why |", "|---|---|"]
-    lines += [f"| `{name}` | {why} |" for name, why in unsupported_layers().items()]
+    lines = ["| layer | on a partition | fused sparse aggregation |", "|---|---|---|"]
+    lines += [f"| `{name}` | {how} | {fused} |" for name, how, fused in layer_table()]
     return "\n".join(lines)
 
 

@@ -381,23 +381,25 @@ class LayerHook:
         return how + (" [reversed edges]" if act.plan == "out" else "")
 
     def _align_edge_args(self, arguments: dict, given: EdgeSet, target: EdgeSet) -> None:
-        """Edge-level arguments (``edge_attr``, ``edge_weight``, ...) must follow the edges the layer gets."""
+        """Edge-level arguments (``edge_attr``, ``edge_weight``, ``edge_type``) must follow the edges the layer gets.
+
+        They are recognised by PyG's naming (``edge_*``), not by their length, so that every
+        rank decides alike whatever its edge count.
+        """
         if target.key == "in":  # given as the in-edges or flipped in-edges: same order
             return
         ein = self.ctx.edges.sets["in"]  # type: ignore[union-attr]
-        n_edges = ein.edge_index.size(1)
         for name, value in list(arguments.items()):
-            if name in ("x", "edge_index") or not isinstance(value, Tensor) or value.dim() == 0:
+            if name == "edge_index" or not name.startswith("edge_") or not isinstance(value, Tensor):
                 continue
             key = next((k for k, v in ein.attrs.items() if v is value), None)
-            if key is not None:
-                arguments[name] = target.attrs[key]
-            elif value.size(0) == n_edges:
+            if key is None:
                 raise UnsupportedEdgesError(
                     f"layer '{self.name}' runs on reversed edges, but its argument `{name}` ({tuple(value.shape)}) is "
                     "not one of the partition's edge attributes, so lightning-halo cannot reorder it along the "
                     "reversed edges. Pass the partition's own tensor (e.g. batch.edge_attr)."
                 )
+            arguments[name] = target.attrs[key]
 
     # ------------------------------------------------------------------ propagate pre-hook
     def _propagate(self, module: Module, inputs: tuple) -> Optional[tuple]:

@@ -270,8 +270,8 @@ def _register_builtin() -> None:
         if cls is not None and cls not in _REG.specs:
             _REG.refused[cls] = why
     _REG.wrappers.update({
-        "DirGNNConv": "exact through its inner layer, run on the in-edges and on the reversed out-edges",
-        "AntiSymmetricConv": "exact through its inner layer `phi` (each iteration exchanges its input)",
+        "DirGNNConv": "through its inner layer, run on the in-edges and on the reversed out-edges",
+        "AntiSymmetricConv": "through its inner layer `phi` (each iteration exchanges its input)",
     })  # fmt: skip
     _REG.refused_wrappers.update({
         "GPSConv": "its global attention reads every node of the graph",
@@ -397,6 +397,33 @@ def wrapper_layers() -> dict[str, str]:
     return dict(sorted(_REG.wrappers.items()))
 
 
+_HOW = {
+    "bipartite": "exact: bipartite `(x_all, x_inner)`, no work for halo rows",
+    "full": "exact: on `[x_inner; x_halo]`, output cut to the inner rows",
+    "gcn": "exact: full, normalised with global degrees (the halo's from their owners, once)",
+    "steps": "exact per propagation step: the halo of what it propagates is exchanged before every step",
+}
+
+
+def layer_table() -> list[tuple[str, str, str]]:
+    """``(name, how it runs or why it is refused, fused kernel)`` for every known layer and wrapper, by name.
+
+    Example:
+        >>> dict((n, f) for n, _, f in layer_table())["GCNConv"]
+        'yes'
+    """
+    rows = []
+    for cls, spec in _REG.specs.items():
+        how = _HOW[spec.kind]
+        if spec.norm is not None and spec.kind != "gcn":
+            how += "; its normalisation uses global degrees"
+        rows.append((cls.__name__, how, "yes" if spec.fused is not None else "no"))
+    rows += [(name, f"exact: {how}", "as its inner layer") for name, how in _REG.wrappers.items()]
+    rows += [(cls.__name__, f"refused: {why}", "-") for cls, why in _REG.refused.items()]
+    rows += [(name, f"refused: {why}", "-") for name, why in _REG.refused_wrappers.items()]
+    return sorted(rows)
+
+
 def fusable(module: Module) -> Optional[str]:
     """The fused kernel's aggregation for ``module``, or None."""
     return layer_spec(module).reduce(module)
@@ -417,6 +444,7 @@ __all__ = [
     "UnsupportedLayerError",
     "clear_caches",
     "fusable",
+    "layer_table",
     "layer_kind",
     "layer_spec",
     "refused_wrapper",

@@ -33,13 +33,13 @@ class NodeClassifier(pl.LightningModule):
             ``"layer"`` (node-wise LayerNorm, exact on partitions). (default: ``None``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
-        sparse (bool, optional): run the layers on a sparse adjacency
+        sparse (bool, optional): pass the layers a sparse adjacency
             (:func:`~lightning_halo.sparse_adjacency`, built once and cached) instead of
-            ``edge_index``, so PyG aggregates with one fused sparse-dense product instead of
-            an ``[E, d]`` message tensor. Same result; far less memory when the first layer
-            aggregates wide input features (GraphSAGE, GIN on bag-of-words features). Not
-            for attention layers (GAT), which need one coefficient per edge anyway, nor
-            with 16-bit precision (refused at setup). (default: ``False``)
+            ``edge_index``. Under :class:`~lightning_halo.HaloQuantStrategy` this is not
+            needed (its default ``aggregation="auto"`` fuses the aggregation of these layers
+            by itself); it makes the fused path available to plain single-process runs. Not
+            for attention layers (GAT), nor with 16-bit precision (refused at setup).
+            (default: ``False``)
 
     Example:
         >>> model = GCN(in_channels=1433, out_channels=7, hidden_channels=64)
@@ -115,10 +115,10 @@ class NodeClassifier(pl.LightningModule):
     def setup(self, stage: str) -> None:
         precision = str(getattr(self.trainer, "precision", "32-true"))
         if self.hparams.get("sparse", False) and "16" in precision:
-            # torch.sparse.mm has no bfloat16/float16 reduce kernels and needs both operands in one dtype
+            # PyG's sum path calls torch.sparse.mm, whose CPU (MKL) kernel has no bfloat16/float16 version
             raise ValueError(
-                f"sparse=True cannot run with precision={precision!r}: torch's sparse-dense product has no 16-bit "
-                "kernels for it. Use precision='32-true', or sparse=False."
+                f"sparse=True cannot run with precision={precision!r}: PyG's sparse-dense product has no 16-bit CPU "
+                "kernel. Use sparse=False: HaloQuantStrategy fuses the aggregation by itself, in 16 bits too."
             )
 
     def adjacency(self, batch: Any) -> Tensor:

@@ -16,23 +16,26 @@ MODES = ["sync", "pipelined:2", "periodic:2"]
 
 
 @pytest.mark.multiprocess
-def test_resume_is_bitwise_exact(tmp_path) -> None:
+@pytest.mark.parametrize("model", ["gcn", "appnp"])
+def test_resume_is_bitwise_exact(model: str, tmp_path) -> None:
+    """APPNP exchanges its halo before each of its 10 propagation steps: one slot per step."""
     for phase in ("full", "first", "second"):
         check(
             run_workers(
-                ["tests/workers/resume_worker.py", "--out", str(tmp_path), "--phase", phase, "--modes", *MODES],
+                ["tests/workers/resume_worker.py", "--out", str(tmp_path), "--phase", phase, "--modes", *MODES,
+                 "--model", model],
                 2,
                 timeout=600,
             )
-        )
+        )  # fmt: skip
     caches = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
     assert len(caches) == 1, "the resumed run must reuse the cached partition"
     for mode in MODES:
         tag = mode.replace(":", "_")
         for rank in range(2):
-            full = torch.load(tmp_path / "full" / tag / f"rank{rank}.pt")
-            resumed = torch.load(tmp_path / "second" / tag / f"rank{rank}.pt")
-            first = torch.load(tmp_path / "first" / tag / f"rank{rank}.pt")
+            full = torch.load(tmp_path / "full" / model / tag / f"rank{rank}.pt")
+            resumed = torch.load(tmp_path / "second" / model / tag / f"rank{rank}.pt")
+            first = torch.load(tmp_path / "first" / model / tag / f"rank{rank}.pt")
             for name in full:
                 assert torch.equal(full[name], resumed[name]), f"{mode} rank {rank}: {name} differs after resume"
             assert any(not torch.equal(full[n], first[n]) for n in full), "the second half must have trained"

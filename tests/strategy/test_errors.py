@@ -9,7 +9,7 @@ from tests.support.launch import check, run_workers
 
 SCENARIOS = {
     "no_mp": "has no torch_geometric MessagePassing layer",
-    "unsupported_layer": "ChebConv cannot run on graph partitions",
+    "unsupported_layer": "EGConv cannot run on graph partitions",
     "tuple_gcn": "was called with a tuple (x_src, x_dst), but it does not take bipartite input",
     "wrong_rows": "got x with 10 rows, but this rank owns",
     "return_none": "training_step returned None",

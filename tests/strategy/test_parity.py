@@ -38,3 +38,26 @@ def test_parity_with_sparse_adjacency(world_size: int, tmp_path) -> None:
     run_parity(SPARSE_CONFIGS, world_size, tmp_path, extra=["--sparse"])
     for config in SPARSE_CONFIGS:
         assert_parity(config, world_size, tmp_path, sparse=True)
+
+
+LOSS_CONFIGS = ["sage:2:awkward", "gcn:2:cora"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("loss", ["subset", "sum", "weighted"])
+def test_parity_for_losses_that_are_not_a_train_mean(loss: str, world_size: int, tmp_path) -> None:
+    """A subset of the train nodes (UniMP's label trick), a sum and per-class weights: exact with
+    lightning_halo.global_mean / a sum and HaloQuantStrategy(scale_loss="share")."""
+    run_parity(LOSS_CONFIGS, world_size, tmp_path, extra=["--loss", loss])
+    for config in LOSS_CONFIGS:
+        assert_parity(config, world_size, tmp_path, loss=loss)
+
+
+@pytest.mark.multiprocess
+def test_parity_on_the_edge_index_path(tmp_path) -> None:
+    """aggregation="edge_index" (PyG's per-edge path, today's behaviour before the fused default) is exact too."""
+    configs = [f"{kind}:2:{graph}" for graph in ("cora", "awkward") for kind in LAYERS]
+    run_parity(configs, 3, tmp_path, extra=["--aggregation", "edge_index"])
+    for config in configs:
+        assert_parity(config, 3, tmp_path)

@@ -83,46 +83,71 @@ def _sparse_adjacency(**kwargs) -> object:
     return sparse_adjacency(good_graph(), **kwargs)
 
 
-def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
-    from torch_geometric.nn import ChebConv, MessagePassing, SAGEConv
+def _sparse_strict() -> object:
+    from torch import nn
+    from torch_geometric.nn import GATConv
 
-    from lightning_halo import HaloQuantStrategy, HaloSchedule, partition_graph
+    from tests.support.graphs import awkward_graph
+    from tests.support.threaded import run_threaded
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = GATConv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    return run_threaded(Net().double(), awkward_graph(2), 2, aggregation="sparse", timeout=20)
+
+
+def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
+    from torch import nn
+    from torch_geometric.nn import EGConv, MessagePassing, SAGEConv
+
+    from lightning_halo import HaloQuantStrategy, HaloSchedule, partition_graph, register_layer
     from lightning_halo.data import load_graph
-    from lightning_halo.exchange import layer_kind
+    from lightning_halo.layers.registry import layer_kind
     from lightning_halo.quant import quantize
+    from tests.support.graphs import awkward_graph
+    from tests.support.threaded import run_threaded
 
     class CustomConv(MessagePassing):
         def forward(self, x, edge_index):
             return self.propagate(edge_index, x=x)
 
-    def wrong_shape_adjacency() -> object:
-        from lightning_halo import sparse_adjacency
-        from lightning_halo.exchange.layers import LayerHook
+    class TwoHop(MessagePassing):  # propagates twice per call, registered as one step
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=self.propagate(edge_index, x=x))
 
-        class OneHaloRow:  # a rank owning 3 nodes whose halo holds 1 row
-            aux_cache: dict = {}
-            active = True
+    class Net(nn.Module):
+        def __init__(self, conv: nn.Module, edges: Callable) -> None:
+            super().__init__()
+            self.lin, self.conv, self.edges = nn.Linear(8, 8), conv, edges
 
-            def inner_rows(self) -> int:
-                return 3
+        def forward(self, x, edge_index):
+            return self.conv(self.lin(x), self.edges(edge_index))
 
-            def fetch(self, x_inner: torch.Tensor, layer: str) -> torch.Tensor:
-                return x_inner.new_zeros(1, x_inner.size(1))
+    def on_two_ranks(conv: nn.Module, edges: Callable = lambda e: e) -> object:
+        data = awkward_graph(2)
+        return run_threaded(Net(conv, edges).double(), data, 2, timeout=20)
 
-        conv = SAGEConv(2, 2)
-        LayerHook(conv, "conv1", "bipartite", OneHaloRow()).install()  # type: ignore[arg-type]
-        square = sparse_adjacency(Data(edge_index=torch.tensor([[0, 3], [1, 2]]), num_nodes=4))  # whole graph: 4 x 4
-        return conv(torch.randn(3, 2), square)
+    def mis_registered() -> object:
+        register_layer(TwoHop, "full")
+        return on_two_ranks(TwoHop())
 
     return [
-        ("sparse adjacency of the wrong shape", wrong_shape_adjacency, "must be [n_inner, n_inner + n_halo] = [3, 4]"),
+        ("edges transformed on a partition (an edge dropped)",
+         lambda: on_two_ranks(SAGEConv(8, 8), lambda e: e[:, 1:]), "not this partition's"),
+        ("multi-hop layer registered as one step", mis_registered, "called propagate 2 times in one forward"),
+        ("aggregation='sparse' with a layer that has no fused path (GATConv)", _sparse_strict,
+         "cannot use the fused sparse aggregation"),
         ("unknown reduce of sparse_adjacency", lambda: _sparse_adjacency(reduce="add"), "reduce must be 'sum', 'mean'"),
         ("unknown bundled dataset name", lambda: load_graph("pubmed-offline"), "neither an existing file nor a bundled"),
         ("unsupported bits", lambda: HaloQuantStrategy(bits=3), "choose one of (1, 2, 4, 8, 16, 32)"),
         ("non-positive halo_timeout", lambda: HaloQuantStrategy(halo_timeout=0), "halo_timeout must be positive"),
-        ("unsupported layer (ChebConv)", lambda: layer_kind(ChebConv(4, 4, K=2)), "cannot run on graph partitions"),
+        ("unsupported layer (EGConv)", lambda: layer_kind(EGConv(4, 4, num_heads=1, num_bases=1)), "cannot run on graph partitions"),
         ("unknown custom layer", lambda: layer_kind(CustomConv()), "lightning_halo.register_layer"),
-        ("layer with target_to_source flow", lambda: layer_kind(SAGEConv(2, 2, flow="target_to_source")), "flow='source_to_target'"),
         ("num_parts larger than the graph", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 3), "exceeds the number of nodes"),
         ("unknown partitioner", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 2, partitioner="kahip"), "unknown partitioner"),  # type: ignore[arg-type]
         ("unknown HaloSchedule mode", lambda: HaloSchedule(mode="async"), "unknown mode"),  # type: ignore[arg-type]

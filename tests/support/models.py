@@ -59,7 +59,50 @@ def build_net(
     return Net(kind, depth, d_in, hidden, n_cls).to(dtype)
 
 
-def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=None) -> dict[str, object]:
+#: Loss forms of the parity tests: what ``training_step`` returns, and the strategy's ``scale_loss``.
+LOSSES = {"mean": "train_mean", "subset": "share", "sum": "share", "weighted": "share"}
+
+
+def subset_of(global_id: torch.Tensor) -> torch.Tensor:
+    """A fixed subset of the nodes (by global id), like UniMP's label trick supervising part of the train nodes."""
+    return (global_id * 2654435761) % 5 < 3
+
+
+def class_weights(n_cls: int, dtype: torch.dtype) -> torch.Tensor:
+    return (1.0 + torch.arange(n_cls, dtype=dtype)) / n_cls
+
+
+def loss_of(kind: str, out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, global_id: torch.Tensor) -> torch.Tensor:
+    """The loss form ``kind`` on one rank (with ``lightning_halo.global_mean``) or on the whole graph (plain PyG)."""
+    from lightning_halo import global_mean
+
+    if kind == "mean":
+        return F.cross_entropy(out[mask], y[mask])
+    if kind == "sum":
+        return F.cross_entropy(out[mask], y[mask], reduction="sum")
+    per_node = F.cross_entropy(out, y, reduction="none")
+    if kind == "subset":
+        return global_mean(per_node, mask & subset_of(global_id))
+    if kind == "weighted":
+        return global_mean(per_node, mask, weight=class_weights(out.size(1), out.dtype)[y])
+    raise KeyError(kind)
+
+
+def reference_loss(kind: str, out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same objectives written as plain single-process PyG code."""
+    if kind == "subset":
+        sel = mask & subset_of(torch.arange(y.numel()))
+        return F.cross_entropy(out[sel], y[sel])
+    if kind == "weighted":
+        return F.cross_entropy(out[mask], y[mask], weight=class_weights(out.size(1), out.dtype))
+    if kind == "sum":
+        return F.cross_entropy(out[mask], y[mask], reduction="sum")
+    return F.cross_entropy(out[mask], y[mask])
+
+
+def reference_run(
+    net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=None, loss: str = "mean"
+) -> dict[str, object]:
     """Single-process plain PyG: logits, loss and gradients at step 0, parameters after ``steps``."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     rec: dict[str, object] = {}
@@ -67,11 +110,11 @@ def reference_run(net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=N
     for step in range(steps):
         opt.zero_grad()
         out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"))
-        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
-        loss.backward()
+        loss_value = reference_loss(loss, out, data.y, data.train_mask)
+        loss_value.backward()
         if step == 0:
             rec["out0"] = out.detach().clone()
-            rec["loss0"] = float(loss.detach())
+            rec["loss0"] = float(loss_value.detach())
             rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters()}
         opt.step()
     rec["params"] = {k: p.detach().clone() for k, p in net.named_parameters()}

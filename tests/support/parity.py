@@ -24,23 +24,28 @@ def run_parity(configs: list[str], world_size: int, out: Path, extra: list[str] 
 
 
 def load_records(config: str, world_size: int, out: Path) -> list[dict]:
-    return [torch.load(out / config.replace(":", "_") / f"rank{r}.pt") for r in range(world_size)]
+    return [torch.load(out / config.replace(":", "_").replace("/", "-") / f"rank{r}.pt") for r in range(world_size)]
 
 
-def assemble(recs: list[dict], num_nodes: int) -> tuple[torch.Tensor, float]:
-    """Full-graph logits from every rank's inner rows, and the global mean train loss."""
+def assemble(recs: list[dict], num_nodes: int, loss: str = "mean") -> tuple[torch.Tensor, float]:
+    """Full-graph logits from every rank's inner rows, and the global loss (mean: weighted by
+    train nodes; the other forms return shares, which sum to it)."""
     d = recs[0]["out0"].size(1)
     out = torch.full((num_nodes, d), float("nan"), dtype=recs[0]["out0"].dtype)
     total = sum(r["n_train"] for r in recs)
-    loss = 0.0
+    value = 0.0
     for r in recs:
         out[r["inner_global_id"]] = r["out0"]
-        if r["n_train"]:
-            loss += r["loss0"] * r["n_train"] / total
-    return out, loss
+        if loss != "mean":  # shares of the global objective: they sum to it
+            value += r["loss0"]
+        elif r["n_train"]:
+            value += r["loss0"] * r["n_train"] / total
+    return out, value
 
 
-def assert_parity(config: str, world_size: int, out: Path, steps: int = 5, sparse: bool = False) -> list[dict]:
+def assert_parity(
+    config: str, world_size: int, out: Path, steps: int = 5, sparse: bool = False, loss: str = "mean"
+) -> list[dict]:
     """Logits, loss, gradients after one step and parameters after the run equal the reference.
 
     With ``sparse`` the reference is single-process PyG on the same kind of input: the
@@ -49,12 +54,12 @@ def assert_parity(config: str, world_size: int, out: Path, steps: int = 5, spars
     kind, depth, graph = config.split(":")
     data = graph_by_name(graph, world_size)
     edges = edges_for(kind, data, sparse)
-    ref = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps, edge_index=edges)
+    ref = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps, edge_index=edges, loss=loss)
     recs = load_records(config, world_size, out)
-    logits, loss = assemble(recs, data.num_nodes)
+    logits, loss_value = assemble(recs, data.num_nodes, loss)
     assert not torch.isnan(logits).any(), f"{config}: some node's logits were produced by no rank"
     torch.testing.assert_close(logits, ref["out0"], **TOL, msg=lambda m: f"{config} logits: {m}")
-    assert math.isclose(loss, ref["loss0"], rel_tol=1e-9, abs_tol=1e-10), (config, loss, ref["loss0"])
+    assert math.isclose(loss_value, ref["loss0"], rel_tol=1e-9, abs_tol=1e-10), (config, loss_value, ref["loss0"])
     for r, rec in enumerate(recs):
         for name, g in ref["grad0"].items():
             torch.testing.assert_close(rec["grad0"][name], g, **TOL, msg=lambda m: f"{config} rank {r} grad {name}: {m}")

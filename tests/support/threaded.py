@@ -89,9 +89,10 @@ def run_threaded(
         t.start()
     for t in threads:
         t.join(timeout + 30)
-    for err in errors:
-        if err is not None:
-            raise err
+    first = next((err for err in errors if err is not None), None)
+    if first is not None:
+        first.rank_errors = errors  # type: ignore[attr-defined]  # every rank's outcome, for "all ranks refused"
+        raise first
     d = results[0]["out"].size(-1)
     out = torch.full((data.num_nodes, d), float("nan"), dtype=results[0]["out"].dtype)
     grad: dict[str, torch.Tensor] = {}

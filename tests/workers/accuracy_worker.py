@@ -1,6 +1,6 @@
 """Worker for accuracy tests: trains the example GCN on Cora for each run and records test accuracy.
 
-    python tests/workers/accuracy_worker.py --out DIR --epochs 200 --runs 32:0 1:0 ...
+    python tests/workers/accuracy_worker.py --out DIR --epochs 200 --model gcn --runs 32:0 1:0 ...
 
 A run is ``bits:seed`` optionally followed by ``:mode[:k]`` for a HaloSchedule (e.g.
 ``1:0:pipelined:5``). Rank 0 writes DIR/accuracy.json.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import lightning as L
 
-from examples.train_cora import GCN
 from tests.support.exit import shutdown
+from tests.support.lightning_models import MODELS
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--runs", nargs="+", required=True)
+    parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     warnings.filterwarnings("ignore")
@@ -49,7 +50,7 @@ def main() -> None:
         bits, seed, *sched = run.split(":")
         L.seed_everything(int(seed), workers=True)
         dm = HaloDataModule("cora", cache_dir=str(Path(args.out) / "cache"))
-        model = GCN(dm.num_features, 64, dm.num_classes)
+        model = MODELS[args.model](dm.num_features, 64, dm.num_classes)
         trainer = quiet_trainer(
             world_size,
             strategy=HaloQuantStrategy(bits=int(bits), seed=int(seed)),

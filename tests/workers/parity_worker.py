@@ -20,7 +20,7 @@ from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
-from tests.support.models import build_any, edges_for
+from tests.support.models import LOSSES, build_any, edges_for, loss_of
 
 
 class Recorder(L.LightningModule):
@@ -29,6 +29,7 @@ class Recorder(L.LightningModule):
         self.net = net
         self.kind, self.sparse = kind, sparse
         self.scale_x_rank0 = 0.0
+        self.loss = "mean"
         self.rec: dict[str, object] = {}
         n_cls = int(getattr(net, "n_cls", 0)) or 2
         from torchmetrics.classification import MulticlassAccuracy
@@ -43,10 +44,10 @@ class Recorder(L.LightningModule):
         if self.scale_x_rank0 and self.global_step == 0 and self.global_rank == 0:
             batch.x.mul_(self.scale_x_rank0)  # batch.x changed after partitioning, on one rank only
         out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
-        loss = F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
+        loss = loss_of(self.loss, out, batch.y, batch.train_mask, batch.inner_global_id)
         if self.global_step == 0:
             self.rec["out0"] = out.detach().clone()
-            self.rec["loss0"] = float(loss) if batch.train_mask.any() else float("nan")
+            self.rec["loss0"] = float(loss) if batch.train_mask.any() or self.loss != "mean" else float("nan")
             self.rec["n_train"] = int(batch.train_mask.sum())
             self.rec["inner_global_id"] = batch.inner_global_id.clone()
         return loss
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     parser.add_argument("--sparse", action="store_true", help="feed the layers lightning_halo.sparse_adjacency(batch)")
     parser.add_argument("--scale-x-rank0", type=float, default=0.0, help="rank 0 multiplies batch.x in place at step 0")
+    parser.add_argument("--loss", choices=sorted(LOSSES), default="mean", help="the loss form (tests.support.models.LOSSES)")
+    parser.add_argument("--aggregation", default="auto", help="HaloQuantStrategy(aggregation=...)")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -130,8 +133,9 @@ def main() -> None:
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
         module = Recorder(net, kind, args.sparse)
         module.scale_x_rank0 = args.scale_x_rank0
+        module.loss = args.loss
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
-        strategy = HaloQuantStrategy(bits=args.bits)
+        strategy = HaloQuantStrategy(bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation)
         if args.trace:
             _trace(strategy.exchanger, module.rec)
         trainer = quiet_trainer(
@@ -153,7 +157,7 @@ def main() -> None:
             module.rec["test_acc"] = float(ev.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
             preds = ev.predict(module, datamodule=dm)
             module.rec["predict"] = preds[0]
-        target = Path(args.out) / config.replace(":", "_")
+        target = Path(args.out) / config.replace(":", "_").replace("/", "-")
         target.mkdir(parents=True, exist_ok=True)
         torch.save(module.rec, target / f"rank{rank}.pt")
 

@@ -17,8 +17,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from examples.train_cora import GCN
 from tests.support.exit import shutdown
+from tests.support.lightning_models import MODELS
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.workers.parity_worker import _schedule
 
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--phase", choices=["full", "first", "second"], required=True)
     parser.add_argument("--modes", nargs="+", required=True)
     parser.add_argument("--bits", type=int, default=1)
+    parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
     args = parser.parse_args()
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
@@ -40,7 +41,7 @@ def main() -> None:
         ckpt_dir = out / ("ckpt-full" if args.phase == "full" else "ckpt-split") / tag
         L.seed_everything(0)
         dm = HaloDataModule("cora", cache_dir=str(out / "cache"))
-        model = GCN(dm.num_features, 32, dm.num_classes)
+        model = MODELS[args.model](dm.num_features, 32, dm.num_classes)
         trainer = L.Trainer(
             strategy=HaloQuantStrategy(bits=args.bits, seed=1),
             accelerator="cpu",
@@ -53,7 +54,7 @@ def main() -> None:
             callbacks=[*_schedule(mode), ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_epochs=1)],
         )
         trainer.fit(model, datamodule=dm, ckpt_path="last" if args.phase == "second" else None)
-        target = out / args.phase / tag
+        target = out / args.phase / args.model / tag
         target.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
 

@@ -1,0 +1,88 @@
+"""The registry: every PyG conv layer has a status, declarations match what the layers really do."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch_geometric.nn.conv as pyg_conv
+from torch_geometric.nn import ChebConv, EGConv, MessagePassing, SAGEConv
+
+import lightning_halo
+from lightning_halo import UnsupportedLayerError, register_layer
+from lightning_halo.layers import registry
+from lightning_halo.layers.registry import layer_kind, layer_spec
+from tests.support.graphs import awkward_graph
+from tests.support.models import LAYER_VARIANTS, _layer_factory, in_degree_histogram
+
+
+def test_every_pyg_conv_layer_has_a_status() -> None:
+    supported = set(lightning_halo.supported_layers())
+    refused = set(lightning_halo.unsupported_layers())
+    wrappers = set(lightning_halo.wrapper_layers())
+    assert not (supported & refused) and not (supported & wrappers) and not (refused & wrappers)
+    names = {n for n in pyg_conv.__all__ if n != "MessagePassing"}
+    missing = names - supported - refused - wrappers
+    assert not missing, f"PyG conv layers without a status in lightning_halo.layers.registry: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", [*lightning_halo.supported_layers(), *LAYER_VARIANTS])
+def test_declared_propagations_match_a_plain_run(name: str) -> None:
+    """Single-step kinds declare how often forward propagates; 'steps' layers really propagate more than once."""
+    data = awkward_graph(1)
+    conv, style = _layer_factory(name, data.num_features, in_degree_histogram(data.edge_index, data.num_nodes))
+    conv = conv.double()
+    calls = []
+    conv.register_propagate_forward_pre_hook(lambda m, inputs: calls.append(1))
+    x = data.x
+    args = {"attr": (data.edge_index, data.edge_attr), "x0": (x, data.edge_index), "type": (data.edge_index, data.edge_type)}
+    conv(x, *args.get(style, (data.edge_index,)))
+    spec = layer_spec(conv)
+    if spec.kind == "steps":
+        assert len(calls) >= 1 and spec.max_propagations(conv) is None
+    else:
+        assert len(calls) == spec.max_propagations(conv), (name, len(calls))
+
+
+def test_refused_layer_gets_reason() -> None:
+    with pytest.raises(UnsupportedLayerError, match="source degrees"):
+        layer_kind(EGConv(4, 4, num_heads=1, num_bases=1))
+    assert layer_kind(ChebConv(4, 4, K=2)) == "steps"
+
+
+def test_unknown_layer_is_refused_until_registered() -> None:
+    class MyConv(MessagePassing):
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=x)
+
+    with pytest.raises(UnsupportedLayerError, match="register_layer"):
+        layer_kind(MyConv())
+    register_layer(MyConv, "steps")
+    try:
+        assert layer_kind(MyConv()) == "steps"
+    finally:
+        registry._REG.specs.pop(MyConv)
+
+
+def test_subclass_is_not_silently_accepted() -> None:
+    class Sub(SAGEConv):
+        pass
+
+    with pytest.raises(UnsupportedLayerError):
+        layer_kind(Sub(2, 2))
+
+
+def test_register_layer_validates() -> None:
+    with pytest.raises(TypeError):
+        register_layer(torch.nn.Linear, "full")
+    with pytest.raises(ValueError, match="kind"):
+        register_layer(SAGEConv, "magic")
+    with pytest.raises(ValueError, match="propagations"):
+        register_layer(SAGEConv, "full", propagations=0)
+
+
+def test_public_names_are_documented_kinds() -> None:
+    assert set(lightning_halo.supported_layers().values()) == set(registry.KINDS)
+    doc = inspect.getdoc(lightning_halo.register_layer)
+    assert all(f'"{kind}"' in doc for kind in registry.KINDS)
