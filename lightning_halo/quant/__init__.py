@@ -7,6 +7,10 @@ Public API (see :mod:`lightning_halo.quant.codec` and ``docs/quantization.md``):
     q2 = QuantizedRows.from_buffer(recv_slice, n, d, 4, torch.float32)
     rows_hat = dequantize(q2)         # unbiased: E[rows_hat] == rows
 
+Modules: ``format`` (the row records: sizes, checks, header packing), ``_torch`` and
+``_numba`` (the kernels, one interface), ``backend`` (which kernels a device uses;
+the one place that is chosen) and ``codec`` (this public API).
+
 This package imports only torch (numba lazily), never the rest of
 ``lightning_halo``.
 """

@@ -1,9 +1,10 @@
 """Fused single-pass CPU kernels (numba) for the halo row codec.
 
-This module is imported lazily by :mod:`lightning_halo.quant.codec` the first
+This module is imported lazily by :mod:`lightning_halo.quant.backend` the first
 time a CPU tensor is (de)quantized; if numba is missing the import fails and
-the codec silently uses its pure-torch path. Both paths produce bit-identical
-buffers (tested), so the choice is purely a speed one.
+the codec uses its pure-torch path (:mod:`lightning_halo.quant._torch`). Both
+paths produce bit-identical buffers (tested), so the choice is purely a speed
+one.
 
 Design notes (why the kernels look the way they do):
 
