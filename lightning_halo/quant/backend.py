@@ -17,22 +17,32 @@ the same records (bit-identical on CPU; on CUDA a code may differ by one where
 
 Switches: :func:`set_impl` / :func:`use_impl` (CPU), ``LIGHTNING_HALO_NUMBA=0`` (torch
 path under ``"auto"``), ``LIGHTNING_HALO_COMPILE=0`` (eager torch kernels on CUDA).
+
+The first compilation of the numba kernels of a bit width is logged once, on rank 0, at
+INFO on the ``lightning_halo.quant`` logger (printed to stderr unless logging is
+configured), with its duration and the cache directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 from torch import Tensor
 
 from ._torch import TorchKernels
+from .kernel_cache import choose_numba_cache_dir, numba_cache_dir
 
 __all__ = ["Kernels", "get_impl", "kernels_for", "numba_available", "set_impl", "use_impl"]
+
+log = logging.getLogger("lightning_halo.quant")
 
 IMPLS = ("auto", "torch", "numba")
 
@@ -49,20 +59,98 @@ class Kernels(Protocol):
 
 
 # --------------------------------------------------------------------------- #
+# Logging (rank 0 only; this package must not import Lightning)
+# --------------------------------------------------------------------------- #
+
+
+def _global_rank() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    for var in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _info(msg: str, *args: Any) -> None:
+    """INFO on rank 0, visible without any logging configuration (like Lightning's own logger)."""
+    if _global_rank() != 0:
+        return
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if not log.hasHandlers():
+        log.addHandler(logging.StreamHandler())
+    log.info(msg, *args)
+
+
+# --------------------------------------------------------------------------- #
 # numba (CPU)
 # --------------------------------------------------------------------------- #
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The outcome of :meth:`NumbaKernels.prepare`: seconds spent, whether it compiled, where the cache is."""
+
+    bits: int
+    seconds: float
+    compiled: bool
+    cache_dir: str
+
+
 class NumbaKernels:
-    """Tensor adapter of :mod:`._numba`: zero-copy numpy views of the tensors."""
+    """Tensor adapter of :mod:`._numba`: zero-copy numpy views, one-time compile per bit width."""
 
     name = "numba"
     dtypes = (torch.float32, torch.float64)
 
     def __init__(self, mod: Any) -> None:
         self.mod = mod
+        self._ready: set[int] = set()
+        self._lock = threading.Lock()
+
+    def prepare(self, bits: int) -> Optional[Prepared]:
+        """Compile (or load from the cache) the float32 encoder and decoder of ``bits``, once.
+
+        Logs the first compilation of each bit width (INFO, rank 0).
+
+        Returns:
+            What happened, or ``None`` if ``bits`` was already prepared in this process.
+        """
+        if bits in self._ready:
+            return None
+        with self._lock:
+            if bits in self._ready:
+                return None
+            import numpy as np
+
+            disps = self.mod.dispatchers(bits)
+            misses = sum(sum(d.stats.cache_misses.values()) for d in disps)
+            t0 = time.perf_counter()
+            x = np.zeros((1, 8), dtype=np.float32)
+            if bits == 16:
+                self.mod.quantize_rows(x, np.zeros((1, 8), dtype=np.uint16), 0, 16)
+            else:
+                rec = np.zeros((1, (8 * bits + 7) // 8 + 5), dtype=np.uint8)
+                self.mod.quantize_rows(x, rec, 0, bits)
+                self.mod.dequantize_rows(rec, x, bits)
+            took = time.perf_counter() - t0
+            compiled = sum(sum(d.stats.cache_misses.values()) for d in disps) > misses
+            self._ready.add(bits)
+        done = Prepared(bits, took, compiled, str(disps[0].stats.cache_path))
+        if compiled:
+            _info(
+                "lightning-halo: compiled the numba codec kernels for bits=%d in %.1f s (first use with this "
+                "kernel cache); cached in %s, so later runs load them in well under a second",
+                bits, took, done.cache_dir,
+            )  # fmt: skip
+        else:
+            log.debug("lightning-halo: loaded the numba codec kernels for bits=%d from %s in %.3f s", bits, done.cache_dir, took)
+        return done
 
     def quantize_rows(self, x: Tensor, out: Tensor, seed: int, bits: int) -> int:
+        self.prepare(bits)
         xn = x.numpy()
         if bits != 16:
             return int(self.mod.quantize_rows(xn, out.numpy(), seed, bits))
@@ -74,6 +162,7 @@ class NumbaKernels:
         return bad
 
     def dequantize_rows(self, data: Tensor, out: Tensor, bits: int) -> None:
+        self.prepare(bits)
         self.mod.dequantize_rows(data.numpy(), out.numpy(), bits)
 
 
@@ -90,9 +179,18 @@ def _load_numba() -> Optional[NumbaKernels]:
         with _lock:
             if _numba_kernels is None and not _numba_failed:
                 try:
-                    from . import _numba as mod
-                except Exception:  # ImportError, or a numba/llvmlite mismatch
+                    with numba_cache_dir(choose_numba_cache_dir()):
+                        from . import _numba as mod
+                except ImportError:  # numba not installed: the documented torch fallback
                     _numba_failed = True
+                except Exception as exc:  # a numba/llvmlite mismatch, no usable cache directory, ...
+                    _numba_failed = True
+                    warnings.warn(
+                        f"lightning-halo: the numba codec kernels cannot be loaded ({exc!r}); using the slower "
+                        "torch path. If the error is about caching, set NUMBA_CACHE_DIR to a writable directory.",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
                 else:
                     _numba_kernels = NumbaKernels(mod)
     return _numba_kernels
@@ -179,6 +277,7 @@ def _use_numba_cpu() -> bool:
 # --------------------------------------------------------------------------- #
 
 _compiled: dict[tuple, Callable] = {}
+_compile_logged = False
 
 
 def compile_enabled() -> bool:
@@ -198,12 +297,25 @@ def _compile_wrap(key: tuple, fn: Callable) -> Callable:
     except Exception:  # pragma: no cover - depends on the install
         _compiled[key] = fn
         return fn
-    state = {"ok": True}
+    state = {"ok": True, "first": True}
 
     def got(*args: Tensor) -> Tensor:
+        global _compile_logged
         if state["ok"]:
             try:
-                return compiled(*args)
+                if not state["first"]:
+                    return compiled(*args)
+                t0 = time.perf_counter()
+                out = compiled(*args)
+                state["first"] = False
+                took = time.perf_counter() - t0
+                if not _compile_logged:
+                    _compile_logged = True
+                    _info("lightning-halo: torch.compile of the CUDA codec kernel %s took %.1f s "
+                          "(once per kernel and process)", key, took)  # fmt: skip
+                else:
+                    log.debug("lightning-halo: torch.compile of the CUDA codec kernel %s took %.1f s", key, took)
+                return out
             except Exception as exc:  # pragma: no cover - CUDA only
                 warnings.warn(f"torch.compile of halo codec failed ({exc!r}); using eager", stacklevel=2)
                 state["ok"] = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -61,3 +63,73 @@ def test_impl_selection(monkeypatch):
     assert get_impl() == "torch"
     monkeypatch.setenv("LIGHTNING_HALO_NUMBA", "1")
     assert get_impl() == ("numba" if numba_available() else "torch")
+
+
+class _FakeDispatcher:
+    """Stands in for a numba dispatcher: each call is a cache miss (compile) or a hit."""
+
+    def __init__(self, compiles: bool) -> None:
+        from collections import Counter
+        from types import SimpleNamespace
+
+        self.compiles = compiles
+        self.stats = SimpleNamespace(cache_path="/cache/dir", cache_hits=Counter(), cache_misses=Counter())
+
+    def __call__(self) -> None:
+        (self.stats.cache_misses if self.compiles else self.stats.cache_hits)["sig"] += 1
+
+
+class _FakeNumba:
+    def __init__(self, compiles: bool) -> None:
+        self.q, self.dq = _FakeDispatcher(compiles), _FakeDispatcher(compiles)
+        self.calls = 0
+
+    def dispatchers(self, bits):
+        return (self.q, self.dq)
+
+    def quantize_rows(self, x, out, seed, bits):
+        self.calls += 1
+        self.q()
+        return -1
+
+    def dequantize_rows(self, data, out, bits):
+        self.dq()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_first_compilation_is_logged_once_on_rank_zero(monkeypatch, caplog, rank):
+    monkeypatch.setenv("RANK", rank)
+    fake = _FakeNumba(compiles=True)
+    kernels = backend.NumbaKernels(fake)
+    with caplog.at_level("DEBUG", logger="lightning_halo.quant"):
+        done = kernels.prepare(4)
+        assert kernels.prepare(4) is None and fake.calls == 1, "prepared once per bit width"
+        x = torch.zeros(2, 8)
+        kernels.quantize_rows(x, torch.zeros(2, 9, dtype=torch.uint8), 0, 4)
+    assert done is not None and done.compiled and done.cache_dir == "/cache/dir" and done.seconds >= 0
+    info = [r for r in caplog.records if r.levelname == "INFO"]
+    if rank == "0":
+        assert len(info) == 1 and "compiled the numba codec kernels for bits=4" in info[0].getMessage()
+        assert "/cache/dir" in info[0].getMessage()
+    else:
+        assert not info
+
+
+def test_loading_from_the_cache_is_not_announced(monkeypatch, caplog):
+    monkeypatch.setenv("RANK", "0")
+    kernels = backend.NumbaKernels(_FakeNumba(compiles=False))
+    with caplog.at_level("DEBUG", logger="lightning_halo.quant"):
+        done = kernels.prepare(1)
+    assert done is not None and not done.compiled
+    assert [r.levelname for r in caplog.records] == ["DEBUG"] and "loaded" in caplog.records[0].getMessage()
+
+
+@needs_numba
+def test_real_kernels_report_their_cache(monkeypatch):
+    # The real dispatchers: once the codec has used them in this process, a fresh adapter
+    # finds them in memory (no compilation); the cache directory is numba's own answer.
+    with use_impl("numba"):
+        quantize(torch.randn(3, 8), 2)
+    kernels = backend.NumbaKernels(backend.kernels_for(torch.device("cpu")).mod)
+    done = kernels.prepare(2)
+    assert done is not None and not done.compiled and Path(done.cache_dir).is_dir()
