@@ -104,8 +104,8 @@ def dequant_chunk(codes: Tensor, z: Tensor, s: Tensor) -> Tensor:
     return z[:, None] + codes.to(torch.float32) * s[:, None]
 
 
-# Closures (not functools.partial) so torch.compile sees plain functions with
-# `bits`/`d` as constants and only tensors as (dynamic-shape) arguments.
+# Closures (not functools.partial) so torch.compile sees plain functions with `bits` as a
+# constant; shapes and the row width `d` are dynamic (one compilation serves every width).
 def codes_fn(bits: int) -> Callable:
     """``fn(xc, z, inv, base)``: :func:`codes_chunk` at a fixed ``bits``."""
 
@@ -115,10 +115,10 @@ def codes_fn(bits: int) -> Callable:
     return fn
 
 
-def dequant_fn(d: int, bits: int) -> Callable:
-    """``fn(data, z, s)``: decode the code bytes of records ``data`` at fixed ``d``, ``bits``."""
+def dequant_fn(bits: int) -> Callable:
+    """``fn(data, z, s, d)``: decode the code bytes of records ``data`` of width ``d`` at fixed ``bits``."""
 
-    def fn(data: Tensor, z: Tensor, s: Tensor) -> Tensor:
+    def fn(data: Tensor, z: Tensor, s: Tensor, d: int) -> Tensor:
         return dequant_chunk(unpack_codes(data, d, bits)[:, :d], z, s)
 
     return fn
@@ -194,10 +194,10 @@ class TorchKernels:
         n, d = out.shape
         z, s = decode_meta(data, d, bits)
         step = self._chunk_rows(data, d)
-        fn = self.wrap(("dequant", d, bits), dequant_fn(d, bits))
+        fn = self.wrap(("dequant", bits), dequant_fn(bits))
         for i0 in range(0, n, step):
             i1 = min(n, i0 + step)
-            out[i0:i1] = fn(data[i0:i1], z[i0:i1], s[i0:i1])
+            out[i0:i1] = fn(data[i0:i1], z[i0:i1], s[i0:i1], d)
 
 
 _REFERENCE = TorchKernels()

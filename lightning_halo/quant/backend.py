@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from ._torch import TorchKernels
+from .format import row_nbytes
 from .kernel_cache import choose_numba_cache_dir, numba_cache_dir
 
 __all__ = ["Kernels", "get_impl", "kernels_for", "numba_available", "set_impl", "use_impl"]
@@ -132,7 +133,7 @@ class NumbaKernels:
             if bits == 16:
                 self.mod.quantize_rows(x, np.zeros((1, 8), dtype=np.uint16), 0, 16)
             else:
-                rec = np.zeros((1, (8 * bits + 7) // 8 + 5), dtype=np.uint8)
+                rec = np.zeros((1, row_nbytes(8, bits)), dtype=np.uint8)
                 self.mod.quantize_rows(x, rec, 0, bits)
                 self.mod.dequantize_rows(rec, x, bits)
             took = time.perf_counter() - t0
@@ -286,7 +287,11 @@ def compile_enabled() -> bool:
 
 
 def _compile_wrap(key: tuple, fn: Callable) -> Callable:
-    """``torch.compile`` a chunk function once per key; eager fallback on failure."""
+    """``torch.compile`` a chunk function once per key; eager fallback on failure.
+
+    Keys name a kernel and its bit width; shapes (rows, row width) are dynamic, so after a
+    first compilation specialised to the first shape seen, one more serves every shape.
+    """
     if not compile_enabled():
         return fn
     got = _compiled.get(key)

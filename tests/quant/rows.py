@@ -7,10 +7,14 @@ import pytest
 import torch
 
 from lightning_halo.quant import numba_available
+from tests.support.device import DEVICE
 
 LOW_BITS = (1, 2, 4, 8)
 IMPLS = ["torch"] + (["numba"] if numba_available() else [])
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
+#: Marks a test that runs on ``LIGHTNING_HALO_DEVICE`` (its inputs are created there).
+on_device = pytest.mark.device
+__all__ = ["DEVICE", "IMPLS", "LOW_BITS", "adversarial_rows", "gen", "needs_numba", "on_device", "structured", "unpack_all_slots"]
 
 
 def gen(seed: int) -> torch.Generator:

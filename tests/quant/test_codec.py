@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from lightning_halo.quant import SUPPORTED_BITS, NonFiniteError, QuantizedRows, dequantize, quantize, row_nbytes
-from tests.quant.rows import LOW_BITS, gen, structured
+from tests.quant.rows import DEVICE, LOW_BITS, gen, on_device, structured
 
 
+@on_device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_bits32_bitwise_exact(impl, dtype):
-    x = structured(50, 37, dtype=dtype)
+    x = structured(50, 37, dtype=dtype).to(DEVICE)
     x[3, 4] = -0.0
     x[4, 5] = torch.finfo(dtype).tiny / 4  # subnormal
     q = quantize(x, 32, gen(0))
@@ -23,8 +24,9 @@ def test_bits32_bitwise_exact(impl, dtype):
     assert torch.equal(y.view(torch.uint8), x.view(torch.uint8))
 
 
+@on_device
 def test_bits16_bf16_rounding(impl):
-    x = structured(64, 37, seed=3)
+    x = structured(64, 37, seed=3).to(DEVICE)
     x[5, :] = torch.logspace(-30, 30, 37)
     y = dequantize(quantize(x, 16, gen(1)))
     assert y.dtype == torch.float32
@@ -32,12 +34,13 @@ def test_bits16_bf16_rounding(impl):
     xb = x.bfloat16().float()  # representable input: exact
     assert torch.equal(dequantize(quantize(xb, 16, gen(2))), xb)
     # bf16 keeps float32's exponent range: no overflow/underflow as fp16 would.
-    big = torch.tensor([[3.0e38, -3.0e38, 1e-37, 6e4, torch.finfo(torch.float32).max]])
+    big = torch.tensor([[3.0e38, -3.0e38, 1e-37, 6e4, torch.finfo(torch.float32).max]], device=DEVICE)
     yb = dequantize(quantize(big, 16, gen(3)))
     assert torch.isfinite(yb).all()
     assert ((yb - big).abs() <= 2.0**-7 * big.abs()).all()
 
 
+@on_device
 @pytest.mark.parametrize("bits", LOW_BITS)
 def test_constant_rows_exact(impl, bits):
     consts = torch.tensor(
@@ -46,13 +49,13 @@ def test_constant_rows_exact(impl, bits):
     g = gen(bits)
     consts = torch.cat([consts, torch.randn(40, generator=g) * 10.0 ** torch.randint(-20, 20, (40,), generator=g)])
     for d in (1, 3, 37, 64):
-        x = consts[:, None].repeat(1, d)
+        x = consts[:, None].repeat(1, d).to(DEVICE)
         q = quantize(x, bits, gen(7))
         assert (q.scale == 0).all() and (q.codes == 0).all()
         y = dequantize(q)
         assert torch.equal(y.view(torch.int32), x.view(torch.int32)), d
     # float64 constant rows round-trip to their float32 value.
-    x64 = torch.full((3, 5), 0.1, dtype=torch.float64)
+    x64 = torch.full((3, 5), 0.1, dtype=torch.float64, device=DEVICE)
     y64 = dequantize(quantize(x64, bits, gen(8)))
     assert y64.dtype == torch.float64
     assert torch.equal(y64, x64.float().double())
@@ -82,14 +85,14 @@ COPIES = 500  # rows stacked per call; TRIALS // COPIES calls with different see
 
 
 def sample_dequant(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, QuantizedRows]:
-    """TRIALS independent dequantized copies of x: [TRIALS, n, d] float64."""
+    """TRIALS independent dequantized copies of x (encoded and decoded on DEVICE): [TRIALS, n, d] float64."""
     n, d = x.shape
     outs, q = [], None
-    stacked = x.repeat(COPIES, 1)  # distinct rows -> distinct counters
+    stacked = x.repeat(COPIES, 1).to(DEVICE)  # distinct rows -> distinct counters
     for call in range(TRIALS // COPIES):
         q = quantize(stacked, bits, gen(1000 + call))
-        outs.append(dequantize(q).double().view(COPIES, n, d))
-    return torch.cat(outs), QuantizedRows(q.data[:n], bits, d, x.dtype)
+        outs.append(dequantize(q).double().view(COPIES, n, d).cpu())
+    return torch.cat(outs), QuantizedRows(q.data[:n].cpu(), bits, d, x.dtype)
 
 
 def max_z_score(samples: torch.Tensor, x: torch.Tensor, sd_bound: torch.Tensor) -> float:
@@ -101,6 +104,7 @@ def max_z_score(samples: torch.Tensor, x: torch.Tensor, sd_bound: torch.Tensor) 
 K_SIGMA = 6.0
 
 
+@on_device
 @pytest.mark.parametrize("bits", LOW_BITS)
 def test_unbiased_and_variance_bound(bits):
     x = structured(64, 37, seed=5)
@@ -128,6 +132,7 @@ def test_unbiased_and_variance_bound(bits):
     assert max_z_score(dither_dq[:, nc], x[nc], sd[nc]) > K_SIGMA
 
 
+@on_device
 def test_unbiased_bits16():
     x = structured(64, 37, seed=6)
     samples, _ = sample_dequant(x, 16)
@@ -168,11 +173,12 @@ def test_non_finite_raises(impl, bits, bad):
         quantize(x, bits)
 
 
+@on_device
 @pytest.mark.parametrize("bits", SUPPORTED_BITS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_from_buffer_and_row_slices(impl, bits, dtype):
     n, d = 40, 37
-    x = structured(n, d, dtype=dtype)
+    x = structured(n, d, dtype=dtype).to(DEVICE)
     q = quantize(x, bits, gen(1))
     full = dequantize(q)
     r = row_nbytes(d, bits, dtype)
@@ -186,7 +192,7 @@ def test_from_buffer_and_row_slices(impl, bits, dtype):
         assert torch.equal(dequantize(qs), full[i:j])
         assert torch.equal(dequantize(QuantizedRows(q.data[i:j], bits, d, dtype)), full[i:j])
     # Unaligned byte offset (odd start inside a larger buffer) still decodes.
-    big = torch.zeros(n * r + 1, dtype=torch.uint8)
+    big = torch.zeros(n * r + 1, dtype=torch.uint8, device=DEVICE)
     big[1:] = flat
     assert torch.equal(dequantize(QuantizedRows.from_buffer(big[1:], n, d, bits, dtype)), full)
 

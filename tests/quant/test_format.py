@@ -9,16 +9,18 @@ import pytest
 import torch
 
 from lightning_halo.quant import SUPPORTED_BITS, QuantizedRows, dequantize, quantize, row_nbytes
-from tests.quant.rows import LOW_BITS, adversarial_rows, gen, structured, unpack_all_slots
+from tests.quant.rows import DEVICE, LOW_BITS, adversarial_rows, gen, on_device, structured, unpack_all_slots
 
 
+@on_device
 @pytest.mark.parametrize("bits", LOW_BITS)
 @pytest.mark.parametrize("d", [1, 3, 7, 9, 37, 257])
 def test_codes_in_range_and_padding_zero(impl, bits, d):
     x = adversarial_rows(d)
     L = 2**bits - 1
     for seed in range(3):
-        q = quantize(x, bits, gen(seed))
+        q = quantize(x.to(DEVICE), bits, gen(seed))
+        q = QuantizedRows(q.data.cpu(), q.bits, q.d, q.dtype)
         slots = unpack_all_slots(q.data, d, bits)
         assert (slots >= 0).all() and (slots <= L).all()
         assert (slots[:, d:] == 0).all(), "padding codes must be zero"
@@ -37,11 +39,13 @@ def test_codes_in_range_and_padding_zero(impl, bits, d):
         assert ((y - xd).abs() <= s[:, None] + slack).all()
 
 
+@on_device
 @pytest.mark.parametrize("bits", LOW_BITS)
 def test_metadata_precision(impl, bits):
     x = structured(200, 37, seed=11)
     x[:50] += 1e4  # rows with |min| >> range
-    q = quantize(x, bits, gen(0))
+    q = quantize(x.to(DEVICE), bits, gen(0))
+    q = QuantizedRows(q.data.cpu(), q.bits, q.d, q.dtype)
     L = 2**bits - 1
     mn, mx = x.double().min(1).values, x.double().max(1).values
     z, s = q.zero.double(), q.scale.double()
@@ -56,16 +60,17 @@ def test_metadata_precision(impl, bits):
     assert (q.scale.view(torch.int32)[nc] & 0x7FFF == 0).all()
 
 
+@on_device
 def test_record_bytes_exact():
     # Row [1, 3], 1 bit: z = 1.0, s = 2.0 (e = 128, m = 0); x=1 -> code 0, x=3 -> code 1.
-    q = quantize(torch.tensor([[1.0, 3.0]]), 1, gen(0))
+    q = quantize(torch.tensor([[1.0, 3.0]], device=DEVICE), 1, gen(0))
     assert q.data[0].tolist() == [0b10, 0x00, 0x00, 0x80, 0x3F, 0x80]
     # Constant row: e = 0, m0..m3 = little-endian float32 bits of the value.
-    q = quantize(torch.tensor([[-7.3] * 3]), 4, gen(0))
+    q = quantize(torch.tensor([[-7.3] * 3], device=DEVICE), 4, gen(0))
     assert q.data[0, 2:].tolist() == list(struct.pack("<f", -7.3)) + [0]
     assert q.data[0, :2].tolist() == [0, 0]
     # Negative min with non-zero low mantissa byte rounds away from zero.
-    q = quantize(torch.tensor([[-1.1, 2.0]]), 8, gen(0))
+    q = quantize(torch.tensor([[-1.1, 2.0]], device=DEVICE), 8, gen(0))
     zbits = struct.unpack("<I", struct.pack("<f", -1.1))[0]
     expect = ((zbits & ~0xFF) + 0x100) & 0xFFFFFFFF
     assert q.zero.view(torch.int32).item() & 0xFFFFFFFF == expect

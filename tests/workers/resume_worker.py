@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from examples.train_cora import GCN
+from tests.support.device import ACCELERATOR, ON_CUDA
 from tests.support.exit import shutdown
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.workers.parity_worker import _schedule
@@ -43,8 +44,9 @@ def main() -> None:
         model = GCN(dm.num_features, 32, dm.num_classes)
         trainer = L.Trainer(
             strategy=HaloQuantStrategy(bits=args.bits, seed=1),
-            accelerator="cpu",
+            accelerator=ACCELERATOR,
             devices=world_size,
+            deterministic=ON_CUDA or None,  # CUDA's scatter-add is atomic: order varies run to run
             max_epochs=HALF if args.phase == "first" else TOTAL,
             num_sanity_val_steps=1,
             enable_progress_bar=False,
