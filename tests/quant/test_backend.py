@@ -133,3 +133,48 @@ def test_real_kernels_report_their_cache(monkeypatch):
     kernels = backend.NumbaKernels(backend.kernels_for(torch.device("cpu")).mod)
     done = kernels.prepare(2)
     assert done is not None and not done.compiled and Path(done.cache_dir).is_dir()
+
+
+def test_compile_wrapper_compiles_once_logs_once_and_falls_back(monkeypatch, caplog):
+    # torch.compile replaced by a stand-in: the wrapper's own logic (cache per key, the one
+    # INFO line, eager fallback when the compiled function fails) runs without a GPU.
+    compiled_calls = []
+
+    def fake_compile(fn, dynamic):
+        assert dynamic
+
+        def run(*args):
+            compiled_calls.append(fn.__name__)
+            if fn.__name__ == "broken":
+                raise RuntimeError("inductor says no")
+            return fn(*args)
+
+        return run
+
+    def double(t):
+        return t * 2
+
+    def broken(t):
+        return t + 1
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(backend, "_compiled", {})
+    monkeypatch.setattr(backend, "_compile_logged", False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("LIGHTNING_HALO_COMPILE", raising=False)
+    t = torch.arange(3.0)
+    with caplog.at_level("DEBUG", logger="lightning_halo.quant"):
+        f = backend._compile_wrap(("double", 1), double)
+        assert backend._compile_wrap(("double", 1), double) is f, "one wrapper per key"
+        assert torch.equal(f(t), t * 2) and torch.equal(f(t), t * 2) and compiled_calls == ["double"] * 2
+        g = backend._compile_wrap(("double", 2), double)
+        g(t)
+        with pytest.warns(UserWarning, match="inductor says no"):
+            h = backend._compile_wrap(("broken", 1), broken)
+            assert torch.equal(h(t), t + 1), "a failing compiled function falls back to eager"
+        assert torch.equal(h(t), t + 1) and compiled_calls.count("broken") == 1
+        assert backend._compile_wrap(("broken", 1), broken) is broken
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert len(info) == 1 and "('double', 1)" in info[0], info
+    monkeypatch.setenv("LIGHTNING_HALO_COMPILE", "0")
+    assert backend._compile_wrap(("double", 1), double) is double
