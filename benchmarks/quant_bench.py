@@ -38,8 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lightning_halo.quant import codec  # noqa: E402
-from lightning_halo.quant.codec import dequantize, quantize, row_nbytes, use_impl  # noqa: E402
+from lightning_halo.quant import dequantize, numba_available, quantize, row_nbytes, use_impl  # noqa: E402
 
 
 def _cpu_model() -> str:
@@ -80,7 +79,7 @@ def _machine_info(threads: int) -> dict:
     return info
 
 
-def _time(fn, repeats: int, sync=None) -> float:
+def time_median(fn, repeats: int, sync=None) -> float:
     """Median seconds of ``repeats`` calls after one warm-up call."""
     fn()
     if sync:
@@ -102,7 +101,7 @@ def _bench_cell(x, bits_list, impls, repeats, sync=None, copy_t=None):
     if copy_t is None:
         y = torch.empty_like(x)
         y.copy_(x)  # touch the destination so page faults are not timed
-        copy_t = _time(lambda: y.copy_(x), repeats, sync)
+        copy_t = time_median(lambda: y.copy_(x), repeats, sync)
         del y
     y2 = torch.empty_like(x)
     y2.zero_()
@@ -111,11 +110,11 @@ def _bench_cell(x, bits_list, impls, repeats, sync=None, copy_t=None):
             g = torch.Generator().manual_seed(1234)
             with use_impl(impl):
                 buf = torch.zeros(n * row_nbytes(d, bits), dtype=torch.uint8, device=x.device)
-                q_t = _time(lambda: quantize(x, bits, generator=g), repeats, sync)
-                qo_t = _time(lambda: quantize(x, bits, generator=g, out=buf), repeats, sync)
+                q_t = time_median(lambda: quantize(x, bits, generator=g), repeats, sync)
+                qo_t = time_median(lambda: quantize(x, bits, generator=g, out=buf), repeats, sync)
                 q = quantize(x, bits, generator=g)
-                dq_t = _time(lambda: dequantize(q), repeats, sync)
-                dqo_t = _time(lambda: dequantize(q, out=y2), repeats, sync)
+                dq_t = time_median(lambda: dequantize(q), repeats, sync)
+                dqo_t = time_median(lambda: dequantize(q, out=y2), repeats, sync)
             row = {
                 "impl": impl,
                 "device": str(x.device),
@@ -186,10 +185,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(a.threads)
     impls = ["torch", "numba"] if a.impl == "both" else [a.impl]
-    if "numba" in impls and not codec.numba_available():
+    if "numba" in impls and not numba_available():
         print("numba not importable: benchmarking the torch path only", file=sys.stderr)
         impls = [i for i in impls if i != "numba"]
-    if codec.numba_available():
+    if numba_available():
         import numba
 
         # The codec kernels are serial anyway (no prange); pin numba's pool too.
@@ -224,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 x = torch.randn(n, d, device=dev)
                 y = torch.empty_like(x)
                 y.copy_(x)
-                copy_t = _time(lambda: y.copy_(x), a.repeats, sync)
+                copy_t = time_median(lambda: y.copy_(x), a.repeats, sync)
                 del y
                 rows = _bench_cell(x, a.bits, ["auto"], a.repeats, sync, copy_t)
                 for r in rows:

@@ -7,8 +7,7 @@ import json
 
 from lightning_halo.data import HaloDataModule
 from lightning_halo.exchange import predict_traffic
-
-BITS = (1, 2, 4, 8, 16, 32)
+from lightning_halo.quant import SUPPORTED_BITS as BITS
 
 
 def main(argv: list[str]) -> int:

@@ -7,6 +7,12 @@ Public API (see :mod:`lightning_halo.quant.codec` and ``docs/quantization.md``):
     q2 = QuantizedRows.from_buffer(recv_slice, n, d, 4, torch.float32)
     rows_hat = dequantize(q2)         # unbiased: E[rows_hat] == rows
 
+Modules: ``format`` (the row records: sizes, checks, header packing), ``_torch`` and
+``_numba`` (the kernels, one interface), ``backend`` (which kernels a device uses;
+the one place that is chosen), ``kernel_cache`` (where compiled numba kernels are
+cached), ``codec`` (this public API) and ``warmup`` (``python -m
+lightning_halo.quant.warmup`` compiles the kernels ahead of a run).
+
 This package imports only torch (numba lazily), never the rest of
 ``lightning_halo``.
 """

@@ -1,9 +1,10 @@
 """Fused single-pass CPU kernels (numba) for the halo row codec.
 
-This module is imported lazily by :mod:`lightning_halo.quant.codec` the first
+This module is imported lazily by :mod:`lightning_halo.quant.backend` the first
 time a CPU tensor is (de)quantized; if numba is missing the import fails and
-the codec silently uses its pure-torch path. Both paths produce bit-identical
-buffers (tested), so the choice is purely a speed one.
+the codec uses its pure-torch path (:mod:`lightning_halo.quant._torch`). Both
+paths produce bit-identical buffers (tested), so the choice is purely a speed
+one. Where the compiled kernels are cached: :mod:`lightning_halo.quant.kernel_cache`.
 
 Design notes (why the kernels look the way they do):
 
@@ -32,7 +33,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["quantize_rows", "dequantize_rows"]
+__all__ = ["quantize_rows", "dequantize_rows", "dispatchers"]
 
 # error_model="numpy": no ZeroDivisionError branch in the float divisions
 # (the divisors are provably non-zero); cache=True pays the JIT once per machine.
@@ -311,6 +312,14 @@ _DEQUANT = {1: _dq1, 2: _dq2, 4: _dq4, 8: _dq8}
 def _scratch(d: int) -> np.ndarray:
     # One code byte per column, padded to whole 64-bit words; padding stays 0.
     return np.zeros(((d + 7) // 8) * 8 + 8, dtype=np.uint8)
+
+
+def dispatchers(bits: int) -> tuple:
+    """The numba dispatchers :func:`quantize_rows` / :func:`dequantize_rows` use for ``bits``
+    (their ``stats`` tell whether a call compiled or loaded from the cache)."""
+    if bits == 16:
+        return (_q16,)
+    return (_QUANT[bits], _DEQUANT[bits])
 
 
 def quantize_rows(x: np.ndarray, out: np.ndarray, seed: int, bits: int) -> int:

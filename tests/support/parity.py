@@ -24,7 +24,9 @@ def run_parity(configs: list[str], world_size: int, out: Path, extra: list[str] 
 
 
 def load_records(config: str, world_size: int, out: Path) -> list[dict]:
-    return [torch.load(out / config.replace(":", "_").replace("/", "-") / f"rank{r}.pt") for r in range(world_size)]
+    # map_location: workers on CUDA save CUDA tensors; the reference is computed on the CPU
+    path = out / config.replace(":", "_").replace("/", "-")
+    return [torch.load(path / f"rank{r}.pt", map_location="cpu") for r in range(world_size)]
 
 
 def assemble(recs: list[dict], num_nodes: int, loss: str = "mean") -> tuple[torch.Tensor, float]:

@@ -6,10 +6,12 @@ from typing import Any
 
 import lightning as L
 
+from tests.support.device import ACCELERATOR
+
 
 def quiet_trainer(world_size: int, **kwargs: Any) -> L.Trainer:
     options: dict[str, Any] = dict(
-        accelerator="cpu",
+        accelerator=ACCELERATOR,
         devices=world_size,
         num_sanity_val_steps=0,
         enable_progress_bar=False,

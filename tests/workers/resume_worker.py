@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from tests.support.device import ACCELERATOR, ON_CUDA
 from tests.support.exit import shutdown
 from tests.support.lightning_models import MODELS
 from lightning_halo import HaloDataModule, HaloQuantStrategy
@@ -44,8 +45,9 @@ def main() -> None:
         model = MODELS[args.model](dm.num_features, 32, dm.num_classes)
         trainer = L.Trainer(
             strategy=HaloQuantStrategy(bits=args.bits, seed=1),
-            accelerator="cpu",
+            accelerator=ACCELERATOR,
             devices=world_size,
+            deterministic=ON_CUDA or None,  # CUDA's scatter-add is atomic: order varies run to run
             max_epochs=HALF if args.phase == "first" else TOTAL,
             num_sanity_val_steps=1,
             enable_progress_bar=False,
