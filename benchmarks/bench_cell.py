@@ -85,6 +85,7 @@ class Probe(L.Callback):
         self.allreduce_s = 0.0
         self.train_s = 0.0
         self._t0 = 0.0
+        self.kernel_bound: Any = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         ddp = trainer.strategy.model
@@ -151,7 +152,10 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
     if args.baseline == "single":
         strategy: Any = "auto"
     else:
-        strategy = HaloQuantStrategy(bits=args.bits, seed=args.seed, halo_timeout=args.timeout)
+        strategy = HaloQuantStrategy(
+            bits=args.bits, seed=args.seed, halo_timeout=args.timeout, aggregation=args.aggregation,
+            num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
+        )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
     trainer = L.Trainer(
         strategy=strategy,
@@ -168,7 +172,19 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
         callbacks=callbacks,
     )
     trainer.fit(model, datamodule=dm)
+    probe.kernel_bound = _kernel_bound(args, dm)
     return probe, trainer
+
+
+def _kernel_bound(args: argparse.Namespace, dm: HaloDataModule) -> Any:
+    """This rank's kernel bound (same run, same threads): its epoch's SpMMs and matmuls alone."""
+    if args.model not in ("gcn", "sage", "gin") or dm.partition is None:
+        return None
+    from benchmarks.kernel_bound import kernel_bound
+
+    dims = [dm.num_features] + [args.hidden] * (args.layers - 1) + [dm.num_classes]
+    bound = kernel_bound(args.model, dm.partition.cpu(), dims)
+    return {k: v for k, v in bound.items() if k != "kernels"}
 
 
 def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[Probe, L.Trainer]:
@@ -271,7 +287,9 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--sparse", action="store_true", help="layers aggregate on a sparse adjacency (fused spmm)")
+    parser.add_argument("--sparse", action="store_true", help="the model passes a sparse adjacency itself")
+    parser.add_argument("--aggregation", default="auto", choices=["auto", "edge_index", "sparse"],
+                        help="HaloQuantStrategy(aggregation=...): the fused kernel by default")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -301,6 +319,8 @@ def main() -> None:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "epochs": probe.epochs,
         "traffic_summary": summary,
+        "kernel_bound": probe.kernel_bound,
+        "layer_choices": getattr(trainer.strategy, "layer_choices", {}),
         "host": os.uname().nodename,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
     }

@@ -129,10 +129,15 @@ def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     # every epoch after the first (the first also carries warm-up effects): a periodic run sends in its
     # refresh epochs only, and a short run's timing window may hold none of them
     traffic = [sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in range(min(1, n_epochs - 1), n_epochs)]
+    bounds = [r["kernel_bound"]["bound_s"] for r in ranks if r.get("kernel_bound")]
+    bound = {}
+    if bounds:  # the slowest partition's kernels bound the epoch
+        bound = {"kernel_bound_s": max(bounds), "compute_over_bound": breakdown["compute_s"] / max(bounds)}
     return {
         "epoch_s": med(step),
         "epoch_s_mean": statistics.fmean(step),
         "breakdown": breakdown,
+        **bound,
         "bytes_per_epoch": statistics.fmean(traffic),
         "once_bytes": sum(r["epochs"][0]["once_bytes"] for r in ranks),
         "final": {k: curve[-1][k] for k in curve[-1] if k not in ("epoch", "train_wall_s")},
@@ -187,8 +192,12 @@ def run_cell(
 
 
 def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False, extra: Sequence[str] = ()) -> dict[str, Any]:
-    """One process, full graph, no halo strategy, one thread: accuracy and compute-only epoch time."""
-    path = cell_path(graph, 1, "local", f"{model}-single")
+    """One process, full graph, no halo strategy, one thread: accuracy and compute-only epoch time.
+
+    With ``--sparse`` in ``extra`` the model passes a sparse adjacency (PyG's fused path), else
+    ``edge_index`` (its per-edge path): the cells ``<model>-single-sparse`` and ``<model>-single``.
+    """
+    path = cell_path(graph, 1, "local", f"{model}-single" + ("-sparse" if "--sparse" in extra else ""))
     if path.is_file() and not force:
         return json.loads(path.read_text())
     out = Path(tempfile.mkdtemp(prefix="halo-bench-"))
@@ -243,7 +252,8 @@ def cmd_baselines(a: argparse.Namespace) -> None:
     try:
         for graph in a.graph:
             for model in a.models:
-                run_single_baseline(graph, model, a.epochs, a.force, extra=_sparse(a))
+                for extra in ([], ["--sparse"]) if model != "gat" else ([],):  # both PyG paths (GAT has one)
+                    run_single_baseline(graph, model, a.epochs, a.force, extra=extra)
                 run_cell(graph, model, 32, "sync", a.nodes, a.rate, a.neighbor_epochs, cluster, a.force,
                          extra=["--baseline", "neighbor"], name=f"{model}-neighbor")  # fmt: skip
     finally:

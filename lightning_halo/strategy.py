@@ -120,9 +120,10 @@ class HaloQuantStrategy(DDPStrategy):
     not depend on the torch version.
 
     Example:
-        >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=2)
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=32), devices=2)  # exact
-        >>> trainer = L.Trainer(strategy="halo_quant", devices=2)  # registered name, defaults
+        >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=2)  # lossy
+        >>> trainer = L.Trainer(strategy="halo_exact", devices=2)  # registered names: halo_exact (bits=32),
+        >>> trainer = L.Trainer(strategy="halo_1bit", devices=2)   # halo_1bit, halo_8bit, halo_quant (= 1 bit)
     """
 
     strategy_name = "halo_quant"
@@ -248,6 +249,10 @@ class HaloQuantStrategy(DDPStrategy):
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         self._install_hooks()
+        ex = self.exchanger
+        if trainer.training:  # say whether this run is exact: the class default (bits=1) is not
+            what = "exact" if ex.bits == ex.grad_bits == 32 else "quantized: lossy, unbiased; bits=32 is exact"
+            rank_zero_info(f"lightning-halo: training halos at bits={ex.bits}, grad_bits={ex.grad_bits} ({what})")
 
     def _set_threads(self) -> None:
         if self.num_threads is not None:
@@ -267,10 +272,19 @@ class HaloQuantStrategy(DDPStrategy):
         sync_bn = bool(self._layer_sync)
         for name, sub in module.named_modules():
             cls = type(sub).__name__
-            if cls in _GRAPH_NORMS or (cls == "LayerNorm" and getattr(sub, "mode", None) == "graph"):
+            if cls == "LayerNorm" and getattr(sub, "mode", None) == "graph":
                 warnings.warn(
-                    f"{name} ({cls}) computes statistics over all nodes it sees; on a partition that is the rank's "
-                    "own nodes, not the whole graph, so results differ from single-process training.",
+                    f"{name} (torch_geometric LayerNorm, mode='graph') normalises over all nodes it sees; on a partition "
+                    "those are the rank's own nodes, so results differ from single-process training. The exact "
+                    "alternative is per-node statistics: LayerNorm(..., mode='node'), or in the "
+                    "torch_geometric.nn.models classes norm='layer_norm' with norm_kwargs={'mode': 'node'}.",
+                    stacklevel=2,
+                )
+            elif cls in _GRAPH_NORMS:
+                warnings.warn(
+                    f"{name} ({cls}) computes statistics over all nodes it sees; on a partition those are the rank's "
+                    "own nodes, not the whole graph, so results differ from single-process training. It has no "
+                    "per-node mode; node-wise norms (LayerNorm(mode='node')) are exact on partitions.",
                     stacklevel=2,
                 )
             elif isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and not sync_bn and self.world_size > 1:
@@ -410,11 +424,16 @@ class HaloQuantStrategy(DDPStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        for name, start_method in (("halo_quant", "popen"), ("halo_quant_spawn", "spawn")):
+        # The names say what they do: only "halo_exact" equals single-process training.
+        for name, bits, start_method, what in (
+            ("halo_exact", 32, "popen", "exact halos (bits=32): equals single-process training"),
+            ("halo_1bit", 1, "popen", "1-bit quantized halos (lossy, unbiased)"),
+            ("halo_8bit", 8, "popen", "8-bit quantized halos (lossy, unbiased)"),
+            ("halo_quant", 1, "popen", "1-bit quantized halos (lossy, unbiased; the class default)"),
+            ("halo_quant_spawn", 1, "spawn", "1-bit quantized halos (lossy), start_method 'spawn'"),
+        ):
             if name not in strategy_registry:
                 strategy_registry.register(
-                    name,
-                    cls,
-                    description=f"lightning-halo full-graph GNN strategy (start_method '{start_method}')",
+                    name, cls, description=f"lightning-halo full-graph GNN strategy: {what}", bits=bits,
                     start_method=start_method,
-                )
+                )  # fmt: skip

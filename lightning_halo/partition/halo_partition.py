@@ -92,6 +92,15 @@ class HaloPartition(Data):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
 
+    def __getattr__(self, key: str) -> Any:
+        if key == "batch_size":  # the NeighborLoader idiom out[:batch.batch_size] has no meaning here
+            raise AttributeError(
+                "HaloPartition has no batch_size: it is this rank's share of the whole graph, not a NeighborLoader "
+                "mini-batch of seed nodes. Every row of the model's output is an owned node; select with the masks, "
+                "e.g. F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])."
+            )
+        return super().__getattr__(key)
+
     @property
     def num_local_nodes(self) -> int:
         """``n_inner + n_halo``: the row count a layer sees after the halo exchange."""

@@ -10,8 +10,12 @@ from lightning_halo.partition import partition_graph
 
 
 def cora(dtype: torch.dtype = torch.float64) -> Data:
+    """The bundled Cora, with seeded edge attributes and relation types for the layers that take them."""
     data = load_bundled("cora")
     data.x = data.x.to(dtype)
+    g = torch.Generator().manual_seed(0)
+    data.edge_attr = torch.rand(data.edge_index.size(1), 3, generator=g, dtype=dtype)
+    data.edge_type = torch.randint(0, 3, (data.edge_index.size(1),), generator=g)
     return data
 
 

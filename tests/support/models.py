@@ -115,7 +115,7 @@ def reference_run(
         if step == 0:
             rec["out0"] = out.detach().clone()
             rec["loss0"] = float(loss_value.detach())
-            rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters()}
+            rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters() if p.grad is not None}
         opt.step()
     rec["params"] = {k: p.detach().clone() for k, p in net.named_parameters()}
     return rec
@@ -180,6 +180,8 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
         "FeaStConv": (lambda: gnn.FeaStConv(h, h, heads=2), "plain"),
         "RGCNConv": (lambda: gnn.RGCNConv(h, h, num_relations=3, aggr="mean"), "type"),
         "FastRGCNConv": (lambda: gnn.FastRGCNConv(h, h, num_relations=3, num_bases=2), "type"),
+        # PyG's RGATConv leaves parameters unused in every mode (and its `mod` options read l1/b1/l2/b2,
+        # which it never initialises): the default mode, and DDP with find_unused_parameters
         "RGATConv": (lambda: gnn.RGATConv(h, h, num_relations=3), "type"),
         # layers that propagate several times per call: the halo is exchanged before every step
         "APPNP": (lambda: gnn.APPNP(K=3, alpha=0.1), "plain"),

@@ -66,5 +66,7 @@ def assert_parity(
         for name, g in ref["grad0"].items():
             torch.testing.assert_close(rec["grad0"][name], g, **TOL, msg=lambda m: f"{config} rank {r} grad {name}: {m}")
         for name, p in ref["params"].items():
+            if name not in ref["grad0"]:
+                continue  # unused by the model (PyG's RGATConv leaves some parameters unused, and uninitialised)
             torch.testing.assert_close(rec["params"][name], p, **TOL, msg=lambda m: f"{config} rank {r} param {name}: {m}")
     return recs

@@ -54,7 +54,7 @@ class Recorder(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer):
         if self.global_step == 0:
-            self.rec["grad0"] = {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
+            self.rec["grad0"] = {k: p.grad.detach().clone() for k, p in self.net.named_parameters() if p.grad is not None}
 
     def on_train_end(self):
         self.rec["params"] = {k: p.detach().clone() for k, p in self.net.named_parameters()}
@@ -135,7 +135,10 @@ def main() -> None:
         module.scale_x_rank0 = args.scale_x_rank0
         module.loss = args.loss
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
-        strategy = HaloQuantStrategy(bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation)
+        strategy = HaloQuantStrategy(
+            bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation,
+            find_unused_parameters="RGATConv" in config,  # PyG's RGATConv leaves parameters unused
+        )  # fmt: skip
         if args.trace:
             _trace(strategy.exchanger, module.rec)
         trainer = quiet_trainer(

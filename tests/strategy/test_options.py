@@ -1,0 +1,92 @@
+"""Strategy options and traps: registered names say what they do, bad models fail before partitioning."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import EGConv, GCNConv, LayerNorm
+
+from lightning_halo import HaloDataModule, HaloQuantStrategy, UnsupportedLayerError, global_mean
+from lightning_halo.loss import check_scale_loss
+from tests.support.graphs import awkward_graph
+
+
+class _Module(L.LightningModule):
+    def __init__(self, conv, norm=None) -> None:
+        super().__init__()
+        self.conv, self.norm = conv, norm
+
+    def training_step(self, batch, _):
+        h = self.conv(batch.x, batch.edge_index)
+        if self.norm is not None:
+            h = self.norm(h)
+        return F.cross_entropy(h[batch.train_mask], batch.y[batch.train_mask])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(**kw) -> L.Trainer:
+    return L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, **kw)  # fmt: skip
+
+
+def test_registered_names_say_whether_they_are_exact() -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    import lightning_halo  # noqa: F401  # registers on import
+
+    bits = {name: StrategyRegistry[name]["init_params"]["bits"] for name in
+            ("halo_exact", "halo_1bit", "halo_8bit", "halo_quant", "halo_quant_spawn")}  # fmt: skip
+    assert bits == {"halo_exact": 32, "halo_1bit": 1, "halo_8bit": 8, "halo_quant": 1, "halo_quant_spawn": 1}
+    assert "equals single-process training" in StrategyRegistry["halo_exact"]["description"]
+    assert "lossy" in StrategyRegistry["halo_quant"]["description"]
+    assert StrategyRegistry["halo_quant_spawn"]["init_params"]["start_method"] == "spawn"
+
+
+def test_unsupported_model_is_refused_before_anything_is_partitioned(tmp_path) -> None:
+    data = awkward_graph(1, dtype=torch.float32)
+    dm = HaloDataModule(data, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(UnsupportedLayerError, match="EGConv cannot run on graph partitions"):
+        _trainer(strategy=HaloQuantStrategy(bits=32)).fit(_Module(EGConv(8, 3, num_heads=1, num_bases=1)), datamodule=dm)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "METIS ran for nothing"
+
+
+def test_graph_mode_layer_norm_warning_names_the_exact_alternative(tmp_path) -> None:
+    data = awkward_graph(1, dtype=torch.float32)
+    dm = HaloDataModule(data, cache_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match=r"norm_kwargs=\{'mode': 'node'\}"):
+        _trainer(strategy=HaloQuantStrategy(bits=32)).fit(_Module(GCNConv(8, 3), LayerNorm(3, mode="graph")), datamodule=dm)
+
+
+def test_scale_loss_options() -> None:
+    assert [check_scale_loss(v) for v in (True, False, "share")] == ["train_mean", "none", "share"]
+    with pytest.raises(ValueError, match="'train_mean'.*'share'.*'none'"):
+        HaloQuantStrategy(scale_loss="mean")
+    with pytest.raises(ValueError, match="aggregation"):
+        HaloQuantStrategy(aggregation="fused")
+    with pytest.raises(ValueError, match="num_threads"):
+        HaloQuantStrategy(num_threads=0)
+
+
+def test_global_mean_on_one_process() -> None:
+    v = torch.tensor([1.0, 2.0, 4.0], requires_grad=True)
+    m = torch.tensor([True, False, True])
+    assert float(global_mean(v, m)) == 2.5
+    assert float(global_mean(v, m, weight=torch.tensor([3.0, 9.0, 1.0]))) == pytest.approx((3 + 4) / 4)
+    assert float(global_mean(v, torch.zeros(3, dtype=torch.bool))) == 0.0  # nothing selected: zero, still a graph
+    global_mean(v, m).backward()
+    assert v.grad.tolist() == [0.5, 0.0, 0.5]
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        global_mean(v, torch.tensor([1, 0, 1]))
+
+
+def test_batch_size_idiom_gets_a_pointer_to_the_masks() -> None:
+    from lightning_halo import build_halo_partitions, partition_graph
+
+    data = awkward_graph(2)
+    part = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2))[0]
+    with pytest.raises(AttributeError, match="not a NeighborLoader mini-batch.*train_mask"):
+        part.batch_size  # noqa: B018
