@@ -137,7 +137,8 @@ def main() -> None:
         dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(
             bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation,
-            find_unused_parameters="RGATConv" in config,  # PyG's RGATConv leaves parameters unused
+            # PyG's RGATConv leaves parameters unused; a cached SGConv stops its input's gradient after step 1
+            find_unused_parameters="RGATConv" in config or "cached" in config,
         )  # fmt: skip
         if args.trace:
             _trace(strategy.exchanger, module.rec)
