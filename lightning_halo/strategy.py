@@ -51,7 +51,7 @@ class HaloQuantStrategy(DDPStrategy):
     gradients. Parameters are replicated and their gradients all-reduced by DDP, as in
     CAGNET's 1-D and DistDGL's owner-compute schemes. At ``bits=32`` (sync) the result equals
     single-process training; lower ``bits`` quantize what crosses the wire with unbiased
-    stochastic rounding (`Sylvie <https://arxiv.org/abs/2307.14519>`_).
+    stochastic rounding (`Sylvie <https://arxiv.org/abs/2303.01277>`_).
 
     The loss returned by ``training_step`` is taken as a mean over the partition's train
     nodes and multiplied by :math:`P\,n_r / N_{train}`, so that DDP's averaged gradient is
@@ -306,6 +306,23 @@ class HaloQuantStrategy(DDPStrategy):
             # The mean over zero nodes is NaN; keep the graph (every collective must run) but weigh it 0.
             return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss)) * 0.0
         return loss * factor
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        # A failed run must leave no process behind. A rank frozen in user code never reaches the
+        # collective that would time out, and Lightning's launcher kills the ranks it started only on
+        # KeyboardInterrupt (trainer/call.py): do the same for every failure. Ranks started by
+        # torchrun/SLURM are not ours (the launcher then has no children) and are left to them.
+        from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+        from lightning.pytorch.trainer.connectors.signal_connector import _get_sigkill_signal
+
+        launcher = self.launcher
+        if isinstance(launcher, _SubprocessScriptLauncher) and launcher.procs:
+            deadline = time.monotonic() + 2.0  # ranks failing too get to print their own error first
+            while any(p.poll() is None for p in launcher.procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            launcher.kill(_get_sigkill_signal())
 
     # ------------------------------------------------------------------ teardown, registry
     @override
