@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.support.noise import noise_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +27,23 @@ def test_readme_starts_with_exactly_two_setup_commands() -> None:
     assert len(commands) == 2
     assert "examples/train_cora.py" in commands[0]
     assert "pytest" in commands[1]
+
+
+@pytest.mark.multiprocess
+def test_readme_first_command_prints_no_warning(tmp_path: Path) -> None:
+    """The README's first command (shortened to 3 epochs) prints its figures and nothing the user did not cause."""
+    command = _readme_commands()[0].split("&&")[-1].split()
+    assert command[:2] == ["python", "examples/train_cora.py"], command
+    command[command.index("--epochs") + 1] = "3"
+    env = dict(os.environ, LIGHTNING_HALO_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "PYTHONWARNINGS"):
+        env.pop(key, None)
+    run = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert [line.split()[1] for line in output.splitlines() if line.startswith("epoch ")] == ["0", "1", "2"], output
+    assert "test_acc" in output and "training halo traffic" in output
+    assert noise_lines(output) == [], output
 
 
 def test_ci_runs_the_readme_test_command() -> None:

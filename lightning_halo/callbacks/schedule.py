@@ -107,10 +107,13 @@ class HaloSchedule(Callback):
     ) -> None:
         ex = trainer.strategy.exchanger  # type: ignore[attr-defined]
         stale = ex.staleness()
-        pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), on_step=False, on_epoch=True, batch_size=1)
-        pl_module.log("halo/staleness", float(max(stale, default=0)), on_step=False, on_epoch=True, prog_bar=True, batch_size=1)
+        # The same on every rank (decided by the epoch number); sync_dist with "max" says so to
+        # Lightning, which otherwise warns that epoch-level values are not reduced across ranks.
+        kw: dict[str, Any] = {"on_step": False, "on_epoch": True, "sync_dist": True, "reduce_fx": "max", "batch_size": 1}
+        pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), **kw)
+        pl_module.log("halo/staleness", float(max(stale, default=0)), prog_bar=True, **kw)
         for slot, value in zip(ex.slots, stale):
-            pl_module.log(f"halo/staleness/{slot.layer}", float(value), on_step=False, on_epoch=True, batch_size=1)
+            pl_module.log(f"halo/staleness/{slot.layer}", float(value), **kw)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
