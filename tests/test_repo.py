@@ -100,12 +100,41 @@ def test_every_public_name_has_a_docstring_with_args_and_example() -> None:
     assert not missing, "\n".join(missing)
 
 
-def test_docs_build_strict() -> None:
-    import pytest
+def test_docs_build_strict_and_render_docstring_markup(tmp_path: Path) -> None:
+    import shutil
 
-    mkdocs = __import__("shutil").which("mkdocs")
+    mkdocs = shutil.which("mkdocs")
     if mkdocs is None:
         pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
-    result = subprocess.run([mkdocs, "build", "--strict", "-d", str(ROOT / "site")], cwd=ROOT, capture_output=True, text=True,
-                            env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    site = tmp_path / "site"
+    result = subprocess.run([mkdocs, "build", "--strict", "-d", str(site)], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    api = (site / "api" / "index.html").read_text()
+    assert "lightning_halo.HaloQuantStrategy" in api and "<math" in api, "the API page documents the package, math as MathML"
+    assert raw_markup(api) == [], "raw reStructuredText/TeX on the API page"
+    for page in site.rglob("*.html"):
+        assert not re.findall(r'class="arithmatex"', page.read_text()), f"{page}: TeX left for a script that is not there"
+
+
+def raw_markup(page_html: str) -> list[str]:
+    """Snippets of a rendered page's text that still show reStructuredText roles, links or TeX delimiters."""
+    import html
+
+    text = re.sub(r"<(script|style|pre)\b.*?</\1>", " ", page_html, flags=re.S)
+    leftovers = re.findall(r"<autoref\b[^>]*>", text)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    patterns = (
+        r":(?:py:)?(?:class|func|meth|attr|mod|data|obj|exc|const|math):\S*",  # :class:`x` and friends
+        r"\S*<https?://[^>\s]+>`?_+",  # `text <url>`_
+        r"\S*`_+\b",
+        r"\.\. [a-z-]+::",  # directives (.. math::, .. code-block::)
+        r"\\[(\[]",  # TeX delimiters \( \[
+    )
+    return leftovers + [m for pattern in patterns for m in re.findall(pattern, text)]
+
+
+def test_raw_markup_finds_what_it_should() -> None:
+    page = '<p>Every :class:<code>~x.Y</code> (<code>Sylvie &lt;https://arxiv.org/abs/1&gt;</code>_) \\(x\\)</p><pre>a :class:</pre>'
+    assert len(raw_markup(page)) == 3
+    assert raw_markup("<p>Every <code>Y</code> (<a href='u'>Sylvie</a>) <math><mi>x</mi></math></p>") == []
