@@ -85,7 +85,7 @@ def top_level_parser() -> argparse.ArgumentParser:
     """The parser behind ``lightning-halo --help``: the verbs, without building LightningCLI's parsers."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Distributed full-graph GNN training with PyTorch Lightning and PyG (lightning-halo).",
+        description="Distributed full-graph GNN training with PyTorch Lightning and PyG.",
         epilog=(
             f"'{PROG} VERB --help' shows a verb's options. fit, validate, test and predict are LightningCLI "
             "commands: --config file.yaml, --section.key value overrides, --print_config."

@@ -51,6 +51,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert _readme_commands()[1] in ci.splitlines()
 
 
+def test_ci_opts_in_to_the_multi_node_test_and_users_are_told_how() -> None:
+    from tests.test_slurm import OPT_IN
+
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    readme_test_command = ci.index(_readme_commands()[1])
+    assert f"export {OPT_IN}=1" in ci[:readme_test_command], "CI must run the real SLURM test"
+    readme = (ROOT / "README.md").read_text()
+    assert f"{OPT_IN}=1" in readme and 'python -m pytest -q -m "not slow"' in readme
+
+
 def test_generated_docs_are_current() -> None:
     result = subprocess.run([sys.executable, "tools/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -26,7 +26,7 @@ class HaloSchedule(Callback):
       (Sylvie's bounded-staleness adaptor) to stop stale errors from accumulating.
     * ``mode="periodic"``: a synchronous refresh every ``refresh_every`` epochs; in between,
       layers reuse the refreshed rows with no traffic at all and no gradient crosses
-      partitions (`DIGEST <https://arxiv.org/abs/2205.08612>`_-style stale representations).
+      partitions (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style stale representations).
 
     The first epoch and ``warmup_epochs`` are synchronous. ``smoothing=m`` replaces received
     stale rows and gradients by the moving average :math:`m\,\text{old} + (1-m)\,\text{new}`
