@@ -91,13 +91,131 @@ def find(cells: list[dict[str, Any]], **kw: Any) -> dict[str, Any] | None:
     return None
 
 
+# Figures are drawn for the docs page: mkdocs-material shows them about 690 px wide in a 1280 px
+# browser window, so a FIG_W-inch figure is scaled to 690 / (FIG_W * dpi); every text must stay
+# at least MIN_TEXT_PX tall there (checked when a figure is saved).
+DOC_WIDTH_PX = 690
+MIN_TEXT_PX = 11
+FIG_W = 7.5
+DPI = 110
+STYLE = {"font.size": 10.5, "axes.titlesize": 11, "axes.labelsize": 10.5, "legend.fontsize": 10,
+         "xtick.labelsize": 10, "ytick.labelsize": 10, "figure.titlesize": 11.5}  # fmt: skip
+# Each series keeps its colour, dash and marker in every figure; lines are drawn thinner and smaller
+# one after another, so that series with equal values (e.g. pipelined and pipelined + sync_every=5
+# before epoch 5) stay visible.
+SERIES_STYLE = {
+    "1 bit sync": ("C0", "-", "o"),
+    "1 bit pipelined": ("C1", "--", "s"),
+    "1 bit pipelined + sync_every=5": ("C2", "-.", "^"),
+    "1 bit periodic (refresh 5)": ("C3", ":", "D"),
+    "32 bit sync": ("k", "--", "x"),
+    "DDP + NeighborLoader": ("C4", ":", "v"),
+    "single process (1 core)": ("C7", "-", "P"),
+    "ideal (one core per rank)": ("0.4", ":", ""),
+}
+OTHER_STYLES = [("C0", "-", "o"), ("C1", "--", "s"), ("C2", "-.", "^"), ("C3", ":", "D"), ("C5", "-", "v")]
+
+
+def smallest_text_px(fig: Any) -> float:
+    """Height in pixels of the smallest visible text of ``fig`` as the docs page shows it."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes, default=float("inf")) * DOC_WIDTH_PX / (72 * fig.get_figwidth())
+
+
+def _save(fig: Any, out: Path, name: str) -> str:
+    import matplotlib.pyplot as plt
+
+    px = smallest_text_px(fig)
+    if px < MIN_TEXT_PX:
+        raise ValueError(f"{name}: smallest text would be {px:.1f} px on the docs page (< {MIN_TEXT_PX}); enlarge it")
+    fig.savefig(out / name, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return name
+
+
+def _plot_lines(ax: Any, series: list[tuple[str, list[float], list[float]]]) -> None:
+    for i, (label, xs, ys) in enumerate(series):
+        color, dash, marker = SERIES_STYLE.get(label.replace(",", ""), OTHER_STYLES[i % len(OTHER_STYLES)])
+        ax.plot(xs, ys, color=color, linestyle=dash, marker=marker, label=label,
+                linewidth=2.4 - 0.3 * i, markersize=8 - 0.8 * i)  # fmt: skip
+
+
+def _shared_legend(fig: Any, axes: Any) -> None:
+    """One legend for all panels, under them (savefig's tight bounding box makes room for it)."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
+
+
+def _curve_panels(
+    graph: str, what: str, xlabel: str, panels: list[tuple[str, list[tuple[str, list[float], list[float]]], str]], out: Path, name: str
+) -> list[str]:
+    """One panel per model (stacked), or a sentence instead where no run has two evaluated points."""
+    import matplotlib.pyplot as plt
+
+    if all(len(xs) < 2 for _, series, _ in panels for _, xs, _ in series):
+        # a single evaluation per run: a curve would be one dot with every series on top of each other
+        at = (lambda x: f"epoch {x:g}") if xlabel == "epoch" else (lambda x: f"{x:.0f} s")
+        parts = [
+            f"{model.upper()} {label.replace(', ', ' ')} {ys[0]:.4f} ({at(xs[0])})"
+            for model, series, _ in panels for label, xs, ys in series if xs
+        ]  # fmt: skip
+        key = panels[0][2].replace("_", " ")
+        return [f"{graph}, {what}: every run was validated once, so there is no curve to draw; {key}: " + ", ".join(parts) + "."]
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(len(panels), 1, figsize=(FIG_W, 2.6 * len(panels) + 0.6), squeeze=False)
+        for ax, (model, series, key) in zip(axes[:, 0], panels):
+            _plot_lines(ax, series)
+            ax.set(ylabel=key.replace("_", " "), title=model.upper())
+            ax.grid(alpha=0.3)
+        axes[-1, 0].set_xlabel(xlabel)
+        if xlabel == "epoch":
+            from matplotlib.ticker import MaxNLocator
+
+            for ax in axes[:, 0]:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.suptitle(f"{graph}: {what}")
+        fig.tight_layout()
+        _shared_legend(fig, axes[:, 0])
+        lines = [f"![{name}](img/{_save(fig, out, name)})"]
+    evaluated = sorted({tuple(xs) for _, series, _ in panels for _, xs, _ in series if xs})
+    if xlabel == "epoch" and all(len(xs) <= 3 for xs in evaluated):
+        lines.append(f"(Each run was validated at epochs {', '.join(f'{x:g}' for x in evaluated[0])} only, so every curve "
+                     f"has {len(evaluated[0])} points: that is how the cells were run, not the plot.)")  # fmt: skip
+    return lines
+
+
+def scaling_series(cells: list[dict[str, Any]]) -> dict[tuple[str, Any, bool], dict[int, list[tuple[int, float]]]]:
+    """Sync epoch time per node count, for each (rate, hidden, sparse) setting measured at several node counts.
+
+    A line only joins cells that differ in the number of nodes: a 2-node cell at another link
+    rate or model size is a different experiment.
+    """
+    groups: dict[tuple[str, Any, bool], dict[int, list[tuple[int, float]]]] = {}
+    for c in cells:
+        if c.get("mode") != "sync" or "bits" not in c:
+            continue
+        key = (c["rate"], c.get("hidden"), bool(c.get("sparse")))
+        groups.setdefault(key, {}).setdefault(c["bits"], []).append((c["nodes"], c["summary"]["epoch_s"]))
+    return {
+        key: {bits: sorted(pts) for bits, pts in by_bits.items() if len({n for n, _ in pts}) > 1}
+        for key, by_bits in groups.items()
+        if any(len({n for n, _ in pts}) > 1 for pts in by_bits.values())
+    }
+
+
 def plot_graph(graph: str, cells: list[dict[str, Any]], out: Path) -> list[str]:
+    """The figures of one graph, as Markdown lines (images, or a sentence where a figure would be empty)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    made = []
+    made: list[str] = []
     halo = [c for c in cells if "bits" in c and c.get("nodes", 0) >= 2 and c.get("cell", "").split("-")[-1] != "neighbor"]
     groups = sorted({(c["nodes"], c["rate"]) for c in halo})
     for nodes, rate in groups:
@@ -106,80 +224,66 @@ def plot_graph(graph: str, cells: list[dict[str, Any]], out: Path) -> list[str]:
         if not models:
             continue
         # 1. epoch-time breakdown per bit width, sync mode: the "communication dominates" picture
-        fig, axes = plt.subplots(1, len(models), figsize=(max(4.2 * len(models), 7.5), 3.6), squeeze=False)
-        for ax, model in zip(axes[0], models):
-            bars = [(b, find(sel, model=model, bits=b, mode="sync")) for b in BITS]
-            bars = [(b, c) for b, c in bars if c]
-            bottom = [0.0] * len(bars)
-            for key, label in PARTS:
-                vals = [c["summary"]["breakdown"][key] for _, c in bars]
-                ax.bar([str(b) for b, _ in bars], vals, bottom=bottom, label=label)
-                bottom = [x + y for x, y in zip(bottom, vals)]
-            ax.set_title(f"{model.upper()} sync")
-            ax.set_xlabel("bits")
-            ax.set_ylabel("epoch time (s)")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"{graph}: epoch time breakdown, {nodes} nodes at {rate}")
-        fig.tight_layout()
-        name = f"{graph}-{nodes}n-{rate}-breakdown.png"
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
+        with plt.rc_context(STYLE):
+            fig, axes = plt.subplots(1, len(models), figsize=(FIG_W, 3.4), squeeze=False)
+            for ax, model in zip(axes[0], models):
+                bars = [(b, find(sel, model=model, bits=b, mode="sync")) for b in BITS]
+                bars = [(b, c) for b, c in bars if c]
+                bottom = [0.0] * len(bars)
+                for key, label in PARTS:
+                    vals = [c["summary"]["breakdown"][key] for _, c in bars]
+                    ax.bar([str(b) for b, _ in bars], vals, bottom=bottom, label=label, width=0.8 if len(bars) > 2 else 0.45)
+                    bottom = [x + y for x, y in zip(bottom, vals)]
+                ax.set_title(f"{model.upper()} sync")
+                ax.set_xlabel("bits")
+            axes[0][0].set_ylabel("epoch time (s)")
+            fig.suptitle(f"{graph}: epoch time breakdown, {nodes} nodes at {rate}")
+            fig.tight_layout()
+            _shared_legend(fig, axes[0])
+            name = _save(fig, out, f"{graph}-{nodes}n-{rate}-breakdown.png")
+        made.append(f"![{name}](img/{name})")
         if len({c["mode"] for c in sel}) < 2:  # scale runs (sync only): the breakdown is the figure
             continue
-        # 2. accuracy vs epoch per mode (1 bit) and for bits=32 sync, one panel per model
-        fig, axes = plt.subplots(1, len(models), figsize=(max(5.2 * len(models), 7.5), 3.8), squeeze=False)
-        for ax, model in zip(axes[0], models):
-            lines = [(f"1 bit, {MODE_NAME[m]}", find(sel, model=model, bits=1, mode=m), "-") for m in MODES]
-            lines.append(("32 bit, sync", find(sel, model=model, bits=32, mode="sync"), "k--"))
-            for label, c, style in lines:
-                if c:
-                    xs, ys, key = _val_curve(c, "epoch")
-                    ax.plot(xs, ys, style, marker=".", label=label)
-            ax.set(xlabel="epoch", ylabel=key.replace("_", " "), title=f"{model.upper()}")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"{graph}: validation vs epoch per mode ({nodes} nodes, {rate})")
-        fig.tight_layout()
-        name = f"{graph}-{nodes}n-{rate}-acc-epoch.png"
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
-        # 3. accuracy vs wall time against the baselines, one panel per model
-        fig, axes = plt.subplots(1, len(models), figsize=(max(5.2 * len(models), 7.5), 3.8), squeeze=False)
-        for ax, model in zip(axes[0], models):
-            for label, c in _time_lines(cells, sel, model, nodes, rate):
-                if c:
-                    xs, ys, key = _val_curve(c, "train_wall_s")
-                    ax.plot(xs, ys, marker=".", label=label)
-            ax.set(xlabel="training wall time (s, excluding evaluation)", ylabel=key.replace("_", " "), title=f"{model.upper()}")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(f"{graph}: validation vs time against the baselines ({nodes} nodes, {rate})")
-        fig.tight_layout()
-        name = f"{graph}-{nodes}n-{rate}-acc-time.png"
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
-    # 4. speedup vs number of nodes (scale runs)
-    scale = [c for c in halo if c["mode"] == "sync"]
-    node_counts = sorted({c["nodes"] for c in scale})
-    if len(node_counts) > 1:
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        for bits in sorted({c["bits"] for c in scale}, reverse=True):
-            pts = sorted((c["nodes"], c["summary"]["epoch_s"]) for c in scale if c["bits"] == bits)
-            if len(pts) > 1:
+        # 2. validation vs epoch per mode (1 bit) and for bits=32 sync, one panel per model
+        panels = []
+        for model in models:
+            lines = [(f"1 bit, {MODE_NAME[m]}", find(sel, model=model, bits=1, mode=m)) for m in MODES]
+            lines.append(("32 bit, sync", find(sel, model=model, bits=32, mode="sync")))
+            curves = [(label, *_val_curve(c, "epoch")) for label, c in lines if c]
+            panels.append((model, [(label, xs, ys) for label, xs, ys, _ in curves], curves[0][3]))
+        made += _curve_panels(graph, f"validation vs epoch per mode ({nodes} nodes, {rate})", "epoch", panels, out,
+                              f"{graph}-{nodes}n-{rate}-acc-epoch.png")  # fmt: skip
+        # 3. validation vs wall time against the baselines, one panel per model
+        panels = []
+        for model in models:
+            curves = [(label, *_val_curve(c, "train_wall_s")) for label, c in _time_lines(cells, sel, model, nodes, rate) if c]
+            panels.append((model, [(label, xs, ys) for label, xs, ys, _ in curves], curves[0][3]))
+        made += _curve_panels(graph, f"validation vs time against the baselines ({nodes} nodes, {rate})",
+                              "training wall time (s, excluding evaluation)", panels, out,
+                              f"{graph}-{nodes}n-{rate}-acc-time.png")  # fmt: skip
+    # 4. speedup vs number of nodes (scale runs), one line per bit width and setting
+    for (rate, hidden, sparse), by_bits in scaling_series(halo).items():
+        with plt.rc_context(STYLE):
+            fig, ax = plt.subplots(figsize=(FIG_W, 4.2))
+            series = []
+            for bits in sorted(by_bits, reverse=True):
+                pts = by_bits[bits]
                 n0, t0 = pts[0]
-                ax.plot([n for n, _ in pts], [t0 / t for _, t in pts], "o-", label=f"{bits} bit")
-        n0 = node_counts[0]
-        ax.plot(node_counts, [n / n0 for n in node_counts], "k:", label="ideal (one core per rank)")
-        ax.set_xlabel("nodes (ranks)")
-        ax.set_ylabel(f"epoch-time speedup vs {n0} nodes")
-        ax.set_title(f"{graph}: scaling (all ranks share one 2-core machine)", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        name = f"{graph}-scaling.png"
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
+                series.append((f"{bits} bit", [n for n, _ in pts], [t0 / t for _, t in pts]))
+            node_counts = sorted({n for pts in by_bits.values() for n, _ in pts})
+            series.append(("ideal (one core per rank)", node_counts, [n / node_counts[0] for n in node_counts]))
+            _plot_lines(ax, series)
+            ax.set_xticks(node_counts)
+            ax.set_xlabel("nodes (ranks)")
+            ax.set_ylabel(f"epoch-time speedup vs {node_counts[0]} nodes")
+            setting = f"{rate}, hidden {hidden}" + (", sparse adjacency" if sparse else "")
+            ax.set_title(f"{graph}: scaling at {setting}\n(all ranks share one 2-core machine)")
+            ax.grid(alpha=0.3)
+            ax.legend(loc="upper left")
+            fig.tight_layout()
+            suffix = "" if len(scaling_series(halo)) == 1 else f"-{rate}-h{hidden}"
+            name = _save(fig, out, f"{graph}-scaling{suffix}.png")
+        made.append(f"![{name}](img/{name})")
     return made
 
 
@@ -260,19 +364,20 @@ def soak_section(results: Path, graph: str, img_dir: Path) -> list[str]:
         cell = json.loads(summary_path.with_name(summary_path.name.replace("-summary", "")).read_text())
         report = json.loads(summary_path.read_text())
         name = f"{graph}-{cell['cell']}-{cell['nodes']}n-{cell['rate']}.png"
-        fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.6))
-        for r in cell["ranks"]:
-            ep = [e["epoch"] for e in r["epochs"]]
-            ax0.plot(ep, [e["rss_mb"] for e in r["epochs"]], label=f"rank {r['rank']}")
-            ax1.plot(ep[1:], [(e["fwd_bytes"] + e["bwd_bytes"]) / 1e6 for e in r["epochs"][1:]], label=f"rank {r['rank']}")
-        ax0.set(xlabel="epoch", ylabel="resident memory (MB)", title="RSS per rank")
-        ax1.set(xlabel="epoch", ylabel="halo MB sent", title="bytes per epoch (after epoch 0)")
-        ax0.legend(), ax1.legend()
-        fig.suptitle(f"{graph}: {cell['model'].upper()} {cell['epochs']} epochs, 1-bit pipelined + sync_every=5, "
-                     f"{cell['nodes']} nodes at {cell['rate']}")  # fmt: skip
-        fig.tight_layout()
-        fig.savefig(img_dir / name, dpi=110)
-        plt.close(fig)
+        with plt.rc_context(STYLE):
+            fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(FIG_W, 6.4))
+            for i, r in enumerate(cell["ranks"]):
+                ep = [e["epoch"] for e in r["epochs"]]
+                kw = {"label": f"rank {r['rank']}", "linestyle": ("-", "--", "-.", ":")[i % 4], "linewidth": 2.2 - 0.5 * (i % 3)}
+                ax0.plot(ep, [e["rss_mb"] for e in r["epochs"]], **kw)
+                ax1.plot(ep[1:], [(e["fwd_bytes"] + e["bwd_bytes"]) / 1e6 for e in r["epochs"][1:]], **kw)
+            ax0.set(ylabel="resident memory (MB)", title="RSS per rank")
+            ax1.set(xlabel="epoch", ylabel="halo MB sent", title="bytes per epoch (after epoch 0)")
+            ax0.legend(), ax1.legend()
+            fig.suptitle(f"{graph} {cell['cell']}: {cell['model'].upper()} {cell['epochs']} epochs, 1-bit pipelined + sync_every=5,\n"
+                         f"{cell['nodes']} nodes at {cell['rate']}")  # fmt: skip
+            fig.tight_layout()
+            _save(fig, img_dir, name)
         rows = ["| rank | peak RSS at epoch 20 (MB) | peak RSS at the end (MB) | growth | RSS trend after 20 (MB / 100 epochs) "
                 "| final RSS (MB) | bytes/epoch min | bytes/epoch max |",
                 "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -304,7 +409,7 @@ def write_report(results: Path, page: Path) -> None:
         t = targets(graph, recs)
         if t:
             part += ["Targets (2 nodes, measured side by side):", "", t, ""]
-        part += [f"![{m}](img/{m})" for m in made] + [""]
+        part += [line for m in made for line in (m, "")]
         for nodes, rate in sorted({(c.get("nodes", 1), c.get("rate", "local")) for c in recs}):
             sel = [c for c in recs if (c.get("nodes", 1), c.get("rate", "local")) == (nodes, rate)]
             part += [f"#### {graph}: {nodes} node(s), {rate}", "", cell_table(sel), ""]

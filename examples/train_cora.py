@@ -3,20 +3,22 @@
     python examples/train_cora.py --devices 2 --bits 32 --epochs 100
 
 Prints, per epoch: training loss, validation accuracy and the halo traffic (MB sent by all
-ranks); at the end the test accuracy and the traffic summary.
+ranks); at the end the traffic summary and the test accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch_geometric.nn import GCNConv
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_halo import HaloDataModule, HaloQuantStrategy
+from lightning_halo import EpochPrinter, HaloDataModule, HaloQuantStrategy
 
 
 class GCN(L.LightningModule):
@@ -53,21 +55,6 @@ class GCN(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=5e-4)
 
 
-class PrintEpoch(L.Callback):
-    """One line per epoch on rank 0 (the progress bar is off in non-interactive runs)."""
-
-    def on_train_epoch_end(self, trainer, pl_module):  # after validation: this epoch's figures
-        if not trainer.is_global_zero:
-            return
-        m = trainer.callback_metrics
-        print(
-            f"epoch {trainer.current_epoch:3d}  loss {float(m.get('train_loss', float('nan'))):.4f}  "
-            f"val_acc {float(m.get('val_acc', float('nan'))):.4f}  halo {float(m.get('halo/MB', 0.0)):.3f} MB "
-            f"(fwd {float(m.get('halo/fwd_bytes', 0)) / 1e6:.3f} + bwd {float(m.get('halo/bwd_bytes', 0)) / 1e6:.3f})",
-            flush=True,
-        )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=2, help="processes per node")
@@ -78,6 +65,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    if args.num_nodes == 1:
+        # Where SLURM is installed, Lightning hints that `srun` is not used. On one node Lightning's own
+        # launcher starts the processes and needs no srun (multi-node runs do: docs/slurm.md).
+        warnings.filterwarnings("ignore", message="The `srun` command is available", category=PossibleUserWarning)
     L.seed_everything(args.seed, workers=True)
     dm = HaloDataModule("cora")
     model = GCN(dm.num_features, args.hidden, dm.num_classes)
@@ -91,7 +82,7 @@ def main() -> None:
         enable_model_summary=False,
         enable_checkpointing=False,
         logger=False,
-        callbacks=[PrintEpoch()],
+        callbacks=[EpochPrinter()],  # one line per epoch on rank 0 (no progress bar)
     )
     trainer.fit(model, datamodule=dm)
     result = trainer.test(model, datamodule=dm, verbose=False)

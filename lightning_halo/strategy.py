@@ -403,6 +403,23 @@ class HaloQuantStrategy(DDPStrategy):
             return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss)) * 0.0
         return loss * factor
 
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        # A failed run must leave no process behind. A rank frozen in user code never reaches the
+        # collective that would time out, and Lightning's launcher kills the ranks it started only on
+        # KeyboardInterrupt (trainer/call.py): do the same for every failure. Ranks started by
+        # torchrun/SLURM are not ours (the launcher then has no children) and are left to them.
+        from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+        from lightning.pytorch.trainer.connectors.signal_connector import _get_sigkill_signal
+
+        launcher = self.launcher
+        if isinstance(launcher, _SubprocessScriptLauncher) and launcher.procs:
+            deadline = time.monotonic() + 2.0  # ranks failing too get to print their own error first
+            while any(p.poll() is None for p in launcher.procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            launcher.kill(_get_sigkill_signal())
+
     # ------------------------------------------------------------------ teardown, registry
     @override
     def teardown(self) -> None:
@@ -424,16 +441,6 @@ class HaloQuantStrategy(DDPStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        # The names say what they do: only "halo_exact" equals single-process training.
-        for name, bits, start_method, what in (
-            ("halo_exact", 32, "popen", "exact halos (bits=32): equals single-process training"),
-            ("halo_1bit", 1, "popen", "1-bit quantized halos (lossy, unbiased)"),
-            ("halo_8bit", 8, "popen", "8-bit quantized halos (lossy, unbiased)"),
-            ("halo_quant", 1, "popen", "1-bit quantized halos (lossy, unbiased; the class default)"),
-            ("halo_quant_spawn", 1, "spawn", "1-bit quantized halos (lossy), start_method 'spawn'"),
-        ):
-            if name not in strategy_registry:
-                strategy_registry.register(
-                    name, cls, description=f"lightning-halo full-graph GNN strategy: {what}", bits=bits,
-                    start_method=start_method,
-                )  # fmt: skip
+        from lightning_halo.names import register_names
+
+        register_names(strategy_registry, cls)

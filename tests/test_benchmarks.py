@@ -79,3 +79,49 @@ def test_scale_and_soak_commands(tmp_path: Path) -> None:
         # pipelined 1-bit sends the same rows every epoch after the first
         assert r["bytes_per_epoch_min"] == r["bytes_per_epoch_max"] > 0
         assert r["rss_at_20_mb"] > 0 and abs(r["growth_after_20"]) < 0.5
+
+
+def _cell(model: str, bits: int, mode: str, nodes: int, rate: str, epoch_s: float, evals: list[int], hidden: int = 64) -> dict:
+    curve = [{"epoch": e, "train_wall_s": 10.0 * (e + 1), "val_acc": 0.5 + 0.01 * e} for e in evals]
+    return {"model": model, "bits": bits, "mode": mode, "nodes": nodes, "rate": rate, "hidden": hidden, "sparse": False,
+            "cell": f"{model}-b{bits}-{mode}", "summary": {"epoch_s": epoch_s, "curve": curve, "breakdown": {
+                "compute_s": epoch_s / 2, "codec_s": 0.01, "wait_s": epoch_s / 4, "allreduce_s": 0.1}}}  # fmt: skip
+
+
+def test_report_plots_like_with_like_and_never_a_lone_dot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks.report import plot_graph, scaling_series
+
+    modes = [_cell("sage", b, m, 2, "100mbit", 9.0, [4]) for b, m in ((32, "sync"), (1, "sync"), (1, "pipelined"))]
+    scale = [_cell("sage", b, "sync", n, "1gbit", t, [3]) for b in (32, 1) for n, t in ((2, 8.0), (4, 6.0), (8, 5.0))]
+    cells = modes + scale
+    # the 100 Mbit/s 2-node cell is a different experiment: not a point of the 1 Gbit/s scaling line
+    assert scaling_series(cells) == {("1gbit", 64, False): {32: [(2, 8.0), (4, 6.0), (8, 5.0)], 1: [(2, 8.0), (4, 6.0), (8, 5.0)]}}
+    lines = plot_graph("g", cells, tmp_path)
+    assert "![g-scaling.png](img/g-scaling.png)" in lines
+    # one evaluation per run: a sentence with the values instead of a one-dot plot
+    assert not (tmp_path / "g-2n-100mbit-acc-epoch.png").exists()
+    assert any("validated once" in line and "SAGE 1 bit sync 0.5400 (epoch 4)" in line for line in lines)
+    # two evaluations: a plot, and a note that the sparse points are the data, not the plot
+    two = [_cell("gcn", b, m, 2, "100mbit", 5.0, [2, 5]) for b, m in ((32, "sync"), (1, "sync"), (1, "pipelined"))]
+    lines = plot_graph("h", two, tmp_path)
+    assert (tmp_path / "h-2n-100mbit-acc-epoch.png").is_file()
+    assert any("validated at epochs 2, 5 only" in line for line in lines)
+
+
+def test_report_figures_stay_readable_on_the_docs_page() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.report import MIN_TEXT_PX, _save, smallest_text_px
+
+    fig, ax = plt.subplots(figsize=(15, 4))
+    ax.plot([0, 1], [0, 1], label="a legend at 7 pt in a 15-inch figure")
+    ax.legend(fontsize=7)
+    assert smallest_text_px(fig) < MIN_TEXT_PX
+    with pytest.raises(ValueError, match="smallest text"):
+        _save(fig, Path("/nonexistent"), "unreadable.png")
+    plt.close(fig)

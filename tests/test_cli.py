@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.noise import noise_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
@@ -51,20 +54,80 @@ def test_every_config_trains(config: Path, tmp_path: Path) -> None:
         "fit", "--config", str(config), "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
         "--trainer.default_root_dir", str(tmp_path), *data_override(config), tmp_path=tmp_path,
     )  # fmt: skip
+    output = result.stdout + result.stderr
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "lightning-halo traffic" in result.stdout + result.stderr
+    assert "lightning-halo traffic" in output
+    assert epoch_lines(output) == ["0", "1"], "one line per epoch without a progress bar:\n" + output[-3000:]
+    assert noise_lines(output) == [], output[-5000:]
+    assert not (tmp_path / "config.yaml").exists(), "config.yaml belongs in the logger's folder, not the working directory"
+    if "CSVLogger" in config.read_text():
+        assert len(list(tmp_path.rglob("lightning_logs/*/version_0/config.yaml"))) == 1
+
+
+def epoch_lines(output: str) -> list[str]:
+    """The epoch numbers of the EpochPrinter lines in ``output``."""
+    return [line.split()[1] for line in output.splitlines() if re.match(r"epoch \d+  [\d.]+ s  ", line)]
+
+
+def test_top_level_help_lists_every_verb_without_importing_pyg() -> None:
+    """``lightning-halo --help`` in a fresh interpreter: every verb listed, nothing of PyG or the strategy imported."""
+    from lightning.pytorch.cli import LightningCLI
+
+    probe = (
+        "import sys\nfrom lightning_halo.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n    code = e.code\n"
+        "heavy = ('torch_geometric', 'numba', 'lightning_halo.strategy', 'lightning_halo.quant', 'lightning_halo.exchange')\n"
+        "print('exit', code, 'heavy', sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "exit 0 heavy []"
+    listed = re.search(r"\{([a-z,]+)\}", run.stdout).group(1).split(",")
+    assert listed == [*LightningCLI.subcommands(), "partition"]
+    assert noise_lines(run.stdout + run.stderr) == []
+
+
+def test_help_of_each_verb(capsys: pytest.CaptureFixture) -> None:
+    assert "--trainer.strategy" in cli_in_process("fit", "--help", capsys=capsys)
+    assert "usage: lightning-halo partition" in cli_in_process("partition", "--help", capsys=capsys)
+
+
+@pytest.mark.multiprocess
+def test_logged_config_keeps_metrics_checkpoints_and_config_in_its_run_folder(tmp_path: Path) -> None:
+    result = cli(
+        "fit", "--config", str(ROOT / "examples/configs/gcn_1bit.yaml"), "--trainer.max_epochs", "3",
+        "--trainer.enable_progress_bar", "false", tmp_path=tmp_path,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert epoch_lines(output) == ["0", "1", "2"]
+    run = tmp_path / "lightning_logs" / "gcn_1bit" / "version_0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "lightning_logs"], "nothing else in the working directory"
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    # log_every_n_steps=1 (the command's default): the step-level train_loss of every epoch reaches the logger
+    assert [r["epoch"] for r in rows if r.get("train_loss")] == ["0", "1", "2"]
+    assert len([r for r in rows if r.get("val_acc")]) == 3
+
+
+def cli_in_process(*args: str, capsys: pytest.CaptureFixture) -> str:
+    """Run a ``lightning-halo`` call that only parses (``--print_config``, ``--help``) in this process."""
+    from lightning_halo.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    assert exit_.value.code in (0, None), capsys.readouterr().err[-3000:]
+    return capsys.readouterr().out
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_print_config_round_trips(config: Path, tmp_path: Path) -> None:
-    first = cli("fit", "--config", str(config), "--print_config", tmp_path=tmp_path, timeout=120)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_print_config_round_trips(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    first = cli_in_process("fit", "--config", str(config), "--print_config", capsys=capsys)
     saved = tmp_path / "printed.yaml"
-    saved.write_text(first.stdout)
-    second = cli("fit", "--config", str(saved), "--print_config", tmp_path=tmp_path, timeout=120)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stdout == first.stdout
-    assert "torch.distributed" not in first.stdout, "no torch-version-specific DDP arguments in saved configs"
+    saved.write_text(first)
+    second = cli_in_process("fit", "--config", str(saved), "--print_config", capsys=capsys)
+    assert second == first and "trainer:" in first
+    assert "torch.distributed" not in first, "no torch-version-specific DDP arguments in saved configs"
 
 
 @pytest.mark.multiprocess
@@ -124,7 +187,7 @@ def test_torchrun_launch_equals_lightning_launch(tmp_path: Path) -> None:
         env.pop(key, None)
     tr = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node=2", "--no-python", exe, *args(tmp_path / "torchrun")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,  # the CLI saves config.yaml to cwd
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert tr.returncode == 0, tr.stdout[-3000:] + tr.stderr[-3000:]
     ref = cli(*args(tmp_path / "lightning"), tmp_path=tmp_path)

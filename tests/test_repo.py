@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.support.noise import noise_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,9 +29,36 @@ def test_readme_starts_with_exactly_two_setup_commands() -> None:
     assert "pytest" in commands[1]
 
 
+@pytest.mark.multiprocess
+def test_readme_first_command_prints_no_warning(tmp_path: Path) -> None:
+    """The README's first command (shortened to 3 epochs) prints its figures and nothing the user did not cause."""
+    command = _readme_commands()[0].split("&&")[-1].split()
+    assert command[:2] == ["python", "examples/train_cora.py"], command
+    command[command.index("--epochs") + 1] = "3"
+    env = dict(os.environ, LIGHTNING_HALO_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "PYTHONWARNINGS"):
+        env.pop(key, None)
+    run = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert [line.split()[1] for line in output.splitlines() if line.startswith("epoch ")] == ["0", "1", "2"], output
+    assert "test_acc" in output and "training halo traffic" in output
+    assert noise_lines(output) == [], output
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert _readme_commands()[1] in ci.splitlines()
+
+
+def test_ci_opts_in_to_the_multi_node_test_and_users_are_told_how() -> None:
+    from tests.test_slurm import OPT_IN
+
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    readme_test_command = ci.index(_readme_commands()[1])
+    assert f"export {OPT_IN}=1" in ci[:readme_test_command], "CI must run the real SLURM test"
+    readme = (ROOT / "README.md").read_text()
+    assert f"{OPT_IN}=1" in readme and 'python -m pytest -q -m "not slow"' in readme
 
 
 def test_generated_docs_are_current() -> None:
@@ -78,12 +110,41 @@ def test_every_public_name_has_a_docstring_with_args_and_example() -> None:
     assert not missing, "\n".join(missing)
 
 
-def test_docs_build_strict() -> None:
-    import pytest
+def test_docs_build_strict_and_render_docstring_markup(tmp_path: Path) -> None:
+    import shutil
 
-    mkdocs = __import__("shutil").which("mkdocs")
+    mkdocs = shutil.which("mkdocs")
     if mkdocs is None:
         pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
-    result = subprocess.run([mkdocs, "build", "--strict", "-d", str(ROOT / "site")], cwd=ROOT, capture_output=True, text=True,
-                            env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    site = tmp_path / "site"
+    result = subprocess.run([mkdocs, "build", "--strict", "-d", str(site)], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    api = (site / "api" / "index.html").read_text()
+    assert "lightning_halo.HaloQuantStrategy" in api and "<math" in api, "the API page documents the package, math as MathML"
+    assert raw_markup(api) == [], "raw reStructuredText/TeX on the API page"
+    for page in site.rglob("*.html"):
+        assert not re.findall(r'class="arithmatex"', page.read_text()), f"{page}: TeX left for a script that is not there"
+
+
+def raw_markup(page_html: str) -> list[str]:
+    """Snippets of a rendered page's text that still show reStructuredText roles, links or TeX delimiters."""
+    import html
+
+    text = re.sub(r"<(script|style|pre)\b.*?</\1>", " ", page_html, flags=re.S)
+    leftovers = re.findall(r"<autoref\b[^>]*>", text)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    patterns = (
+        r":(?:py:)?(?:class|func|meth|attr|mod|data|obj|exc|const|math):\S*",  # :class:`x` and friends
+        r"\S*<https?://[^>\s]+>`?_+",  # `text <url>`_
+        r"\S*`_+\b",
+        r"\.\. [a-z-]+::",  # directives (.. math::, .. code-block::)
+        r"\\[(\[]",  # TeX delimiters \( \[
+    )
+    return leftovers + [m for pattern in patterns for m in re.findall(pattern, text)]
+
+
+def test_raw_markup_finds_what_it_should() -> None:
+    page = '<p>Every :class:<code>~x.Y</code> (<code>Sylvie &lt;https://arxiv.org/abs/1&gt;</code>_) \\(x\\)</p><pre>a :class:</pre>'
+    assert len(raw_markup(page)) == 3
+    assert raw_markup("<p>Every <code>Y</code> (<a href='u'>Sylvie</a>) <math><mi>x</mi></math></p>") == []

@@ -3,14 +3,20 @@
     python tools/gen_docs.py          # rewrite
     python tools/gen_docs.py --check  # exit 1 if a page is out of date (run by the tests)
 
-Generated sections sit between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``.
+Generated sections sit between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``:
+tables built from the code and the tests' own cases, and the output of the ``lightning-halo``
+commands written in the page.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -35,17 +41,51 @@ def errors_table() -> str:
     return "\n".join(lines)
 
 
-SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
-    "layers": ("docs/layers.md", layers_table),
-    "errors": ("docs/errors.md", errors_table),
+def console(old: str) -> str:
+    """Re-run every ``$ lightning-halo ...`` line of a console block and put its real output under it.
+
+    The commands live in the page (edit them there); what they print is generated, so the page
+    shows what the installed command prints today. Runs in a fresh cache and working directory,
+    80 columns wide; the temporary cache path is shown as the default one.
+    """
+    commands = [line[2:] for line in old.splitlines() if line.startswith("$ lightning-halo")]
+    if not commands:
+        raise SystemExit("a console section needs at least one '$ lightning-halo ...' line")
+    out = ["```console"]
+    with tempfile.TemporaryDirectory(prefix="gen-docs-") as tmp:
+        env = dict(os.environ, LIGHTNING_HALO_CACHE=str(Path(tmp) / "cache"), COLUMNS="80", OMP_NUM_THREADS="1",
+                   PYTHONPATH=str(ROOT))  # fmt: skip
+        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS"):
+            env.pop(key, None)
+        for command in commands:
+            args = shlex.split(command)[1:]
+            run = subprocess.run([sys.executable, "-m", "lightning_halo.cli", *args], cwd=tmp, env=env,
+                                 capture_output=True, text=True, timeout=600)  # fmt: skip
+            if run.returncode != 0:
+                raise SystemExit(f"'{command}' failed:\n{run.stdout}{run.stderr}")
+            text = (run.stdout + run.stderr).replace(str(Path(tmp) / "cache"), "~/.cache/lightning_halo")
+            out += [*([""] if len(out) > 1 else []), f"$ {command}", *(line.rstrip() for line in text.rstrip().splitlines())]
+    return "\n".join([*out, "```"])
+
+
+SECTIONS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "layers": ("docs/layers.md", lambda old: layers_table()),
+    "errors": ("docs/errors.md", lambda old: errors_table()),
+    "cli-help": ("docs/cli.md", console),
+    "cli-partition": ("docs/cli.md", console),
 }
 
 
-def render(text: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- BEGIN GENERATED: {name} -->\n).*?(<!-- END GENERATED: {name} -->)", re.S)
-    if not pattern.search(text):
+def section(text: str, name: str) -> re.Match:
+    match = re.search(rf"(<!-- BEGIN GENERATED: {name} -->\n)(.*?)(<!-- END GENERATED: {name} -->)", text, re.S)
+    if match is None:
         raise SystemExit(f"no generated section {name!r}")
-    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    return match
+
+
+def render(text: str, name: str, body: str) -> str:
+    match = section(text, name)
+    return text[: match.start(2)] + body + "\n" + text[match.end(2) :]
 
 
 def main() -> int:
@@ -56,9 +96,9 @@ def main() -> int:
     for name, (path, make) in SECTIONS.items():
         file = ROOT / path
         old = file.read_text()
-        new = render(old, name, make())
+        new = render(old, name, make(section(old, name).group(2)))
         if new != old:
-            stale.append(path)
+            stale.append(f"{path} ({name})")
             if not args.check:
                 file.write_text(new)
     if args.check and stale:

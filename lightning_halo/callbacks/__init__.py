@@ -1,7 +1,23 @@
-"""Lightning callbacks: the halo schedule, traffic logging and checkpoint state."""
+"""Lightning callbacks: the halo schedule, traffic logging, checkpoint state and a per-epoch line."""
 
-from lightning_halo.callbacks.schedule import HaloSchedule
-from lightning_halo.callbacks.state import HaloStateCallback
-from lightning_halo.callbacks.traffic import HaloTrafficLogger
+from __future__ import annotations
 
-__all__ = ["HaloSchedule", "HaloStateCallback", "HaloTrafficLogger"]
+from typing import TYPE_CHECKING
+
+from lightning_halo._lazy import lazy_module_attributes
+
+__getattr__, __dir__, __all__ = lazy_module_attributes(
+    __name__,
+    {
+        "lightning_halo.callbacks.printer": ["EpochPrinter"],
+        "lightning_halo.callbacks.schedule": ["HaloSchedule"],
+        "lightning_halo.callbacks.state": ["HaloStateCallback"],
+        "lightning_halo.callbacks.traffic": ["HaloTrafficLogger"],
+    },
+)
+
+if TYPE_CHECKING:
+    from lightning_halo.callbacks.printer import EpochPrinter
+    from lightning_halo.callbacks.schedule import HaloSchedule
+    from lightning_halo.callbacks.state import HaloStateCallback
+    from lightning_halo.callbacks.traffic import HaloTrafficLogger

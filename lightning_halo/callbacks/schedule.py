@@ -26,7 +26,7 @@ class HaloSchedule(Callback):
       (Sylvie's bounded-staleness adaptor) to stop stale errors from accumulating.
     * ``mode="periodic"``: a synchronous refresh every ``refresh_every`` epochs; in between,
       layers reuse the refreshed rows with no traffic at all and no gradient crosses
-      partitions (`DIGEST <https://arxiv.org/abs/2205.08612>`_-style stale representations).
+      partitions (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style stale representations).
 
     The first epoch and ``warmup_epochs`` are synchronous. ``smoothing=m`` replaces received
     stale rows and gradients by the moving average :math:`m\,\text{old} + (1-m)\,\text{new}`
@@ -101,10 +101,13 @@ class HaloSchedule(Callback):
     ) -> None:
         ex = trainer.strategy.exchanger  # type: ignore[attr-defined]
         stale = ex.staleness()
-        pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), on_step=False, on_epoch=True, batch_size=1)
-        pl_module.log("halo/staleness", float(max(stale, default=0)), on_step=False, on_epoch=True, prog_bar=True, batch_size=1)
+        # The same on every rank (decided by the epoch number); sync_dist with "max" says so to
+        # Lightning, which otherwise warns that epoch-level values are not reduced across ranks.
+        kw: dict[str, Any] = {"on_step": False, "on_epoch": True, "sync_dist": True, "reduce_fx": "max", "batch_size": 1}
+        pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), **kw)
+        pl_module.log("halo/staleness", float(max(stale, default=0)), prog_bar=True, **kw)
         for layer, value in zip(ex.slot_layers(), stale):
-            pl_module.log(f"halo/staleness/{layer}", float(value), on_step=False, on_epoch=True, batch_size=1)
+            pl_module.log(f"halo/staleness/{layer}", float(value), **kw)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -20,6 +20,20 @@ def _exchanger(trainer: pl.Trainer) -> Optional[HaloExchanger]:
     return getattr(trainer.strategy, "exchanger", None)
 
 
+def _reduction_text(sent: float, fp32: float, bits: int, grad_bits: int) -> str:
+    """How the summary states the saving: a factor, or that float32 rows were sent unchanged.
+
+    Example:
+        >>> _reduction_text(1.0e6, 27.7e6, 1, 1), _reduction_text(14.0e6, 14.0e6, 32, 32)
+        ('27.7x less', 'exact, no reduction')
+    """
+    if not sent:
+        return "nothing sent"
+    if bits == grad_bits == 32:
+        return "exact, no reduction"
+    return f"{fp32 / sent:.1f}x less"
+
+
 class HaloTrafficLogger(Callback):
     r"""Puts the halo traffic of every epoch into the LightningModule's logger.
 
@@ -110,9 +124,8 @@ class HaloTrafficLogger(Callback):
         ]
         for key, (b, f32) in rows.items():
             lines.append(f"  {key:<32} {b / _MB:10.3f} MB  (fp32 {f32 / _MB:10.3f} MB)")
-        factor = f"{self.summary['reduction']:.1f}x" if sent else "n/a"
         lines.append(
-            f"  training halo traffic {sent / _MB:.3f} MB vs {fp32 / _MB:.3f} MB as float32: {factor} less; "
-            f"exchange wait {self.summary['wait_s']:.2f} s"
+            f"  training halo traffic {sent / _MB:.3f} MB vs {fp32 / _MB:.3f} MB as float32: "
+            f"{_reduction_text(sent, fp32, ex.bits, ex.grad_bits)}; exchange wait {self.summary['wait_s']:.2f} s"
         )
         rank_zero_info("\n".join(lines))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import torch
@@ -47,14 +51,26 @@ def load_pyg_dataset(spec: str) -> Data:
     with tempfile.TemporaryDirectory(prefix="lightning-halo-") as tmp:
         if name is None:
             shutil.copytree(root, Path(tmp) / "ds")
-            dataset = cls(str(Path(tmp) / "ds"))
+            dataset = _quietly(cls, str(Path(tmp) / "ds"))
         else:
             for sub in dict.fromkeys((name, name.lower())):  # both spellings occur in PyG's classes
                 if (root / sub).is_dir():
                     shutil.copytree(root / sub, Path(tmp) / sub)
-            dataset = cls(tmp, name)
+            dataset = _quietly(cls, tmp, name)
         data = dataset[0]
     return _normalise_masks(data, split=int(options.get("split", 0)), seed=int(options.get("seed", 0)))
+
+
+def _quietly(cls: type, *args: str) -> Any:
+    """Build the dataset without PyG's "Processing..."/"Done!" lines (stderr; every rank, every run:
+    we always process a fresh copy). Anything else it writes to stderr (warnings) is passed on."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return cls(*args)
+    finally:
+        lines = captured.getvalue().splitlines(keepends=True)
+        sys.stderr.write("".join(line for line in lines if line.strip() not in ("Processing...", "Done!")))
 
 
 def _normalise_masks(data: Data, split: int, seed: int) -> Data:

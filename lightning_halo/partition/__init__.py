@@ -4,8 +4,22 @@ Nothing here touches Lightning or torch.distributed: every function takes tensor
 returns tensors, so it is tested on its own and reused by the DataModule and the CLI.
 """
 
-from lightning_halo.partition.adjacency import sparse_adjacency
-from lightning_halo.partition.graph import partition_graph, symmetric_csr
-from lightning_halo.partition.halo import build_halo_partitions, partition_stats
+from __future__ import annotations
 
-__all__ = ["build_halo_partitions", "partition_graph", "partition_stats", "sparse_adjacency", "symmetric_csr"]
+from typing import TYPE_CHECKING
+
+from lightning_halo._lazy import lazy_module_attributes
+
+__getattr__, __dir__, __all__ = lazy_module_attributes(
+    __name__,
+    {
+        "lightning_halo.partition.adjacency": ["sparse_adjacency"],
+        "lightning_halo.partition.graph": ["partition_graph", "symmetric_csr"],
+        "lightning_halo.partition.halo": ["build_halo_partitions", "partition_stats"],
+    },
+)
+
+if TYPE_CHECKING:
+    from lightning_halo.partition.adjacency import sparse_adjacency
+    from lightning_halo.partition.graph import partition_graph, symmetric_csr
+    from lightning_halo.partition.halo import build_halo_partitions, partition_stats
