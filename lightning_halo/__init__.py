@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.strategies import StrategyRegistry
 
+import lightning_halo._mirror as _mirror
 from lightning_halo._lazy import lazy_module_attributes
 from lightning_halo.names import register_names
 
@@ -71,6 +72,7 @@ def _make_strategy(**init_params: Any) -> Any:
 # Lightning only scans its own modules, so we register our names (lightning_halo.names). The
 # registry calls ``_make_strategy(**init_params)``, exactly as it would call the class.
 register_names(StrategyRegistry, _make_strategy)
+_mirror.install()  # lightning_halo.pytorch_lightning: the same classes on the classic namespace
 
 # Lightning 2.6 builds `torch.utils._pytree.LeafSpec()` in its own batch handling, which torch >= 2.9
 # deprecates with a FutureWarning on every fit/validate/test (Lightning-AI/pytorch-lightning#21326).
