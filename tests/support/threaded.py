@@ -51,6 +51,7 @@ def run_threaded(
     aggregation: str = "auto",
     parts: Optional[list] = None,
     steps: int = 1,
+    mode: Callable[[int], str] = lambda epoch: "sync",
     timeout: float = 60.0,
 ) -> dict[str, Any]:
     """Logits of every node (assembled), loss, summed gradients, and each rank's layer choices."""
@@ -71,14 +72,15 @@ def run_threaded(
             ex.bind(part)
             ctx.bind(part)
             for step in range(steps):
-                ex.begin_step(True, epoch=step)
+                ex.begin_step(True, epoch=step, mode=mode(step))  # type: ignore[arg-type]
                 net.zero_grad()
                 out = forward(net, part)
                 loss = ex.prepare_loss(_loss(out, part, n_train))
                 loss.backward()
             grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
             results[r] = {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
-                          "choices": dict(ctx.choices), "meter": dict(ex.meter.total)}  # fmt: skip
+                          "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
+                          "staleness": ex.staleness(), "plan": ex.plan()}  # fmt: skip
             for h in hooks:
                 h.remove()
         except BaseException as err:  # noqa: BLE001 - reported by the caller
@@ -106,6 +108,7 @@ def run_threaded(
         "grad": grad,
         "choices": results[0]["choices"],
         "meters": [r["meter"] for r in results],
+        "ranks": results,
     }
 
 
