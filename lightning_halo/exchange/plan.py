@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import torch
+import torch  # noqa: F401  (the docstring examples use it)
 from torch import Tensor
 
 from lightning_halo.partition.halo_partition import HaloPartition

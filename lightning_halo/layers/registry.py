@@ -22,7 +22,7 @@ kernel (:mod:`lightning_halo.layers.fused`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Callable, Literal, Optional, Union
 
 from torch.nn import Module
 from torch_geometric.nn import MessagePassing

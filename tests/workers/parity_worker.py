@@ -14,7 +14,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
