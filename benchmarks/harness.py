@@ -208,7 +208,7 @@ def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False
            "--baseline", "single", "--epochs", str(epochs), "--out", str(out), *extra]  # fmt: skip
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=7200)
     ranks = [json.loads((out / "rank0.json").read_text())]
-    record = {"graph": graph, "model": model, "baseline": "single", "nodes": 1, "epochs": epochs,
+    record = {"graph": graph, "model": model, "baseline": "single", "nodes": 1, "epochs": epochs, "cell": path.stem,
               "summary": summarise(ranks), "ranks": ranks, "when": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))

@@ -54,7 +54,8 @@ def _time_lines(cells: list[dict[str, Any]], sel: list[dict[str, Any]], model: s
             ("1 bit sync", find(sel, model=model, bits=1, mode="sync")),
             ("1 bit pipelined + sync_every=5", find(sel, model=model, bits=1, mode="pipelined5")),
             ("DDP + NeighborLoader", find(cells, cell=f"{model}-neighbor", nodes=nodes, rate=rate)),
-            ("single process (1 core)", find(cells, model=model, baseline="single"))]  # fmt: skip
+            ("single process (1 core), sparse adjacency", find(cells, cell=f"{model}-single-sparse")),
+            ("single process (1 core), edge_index", find(cells, cell=f"{model}-single"))]  # fmt: skip
 
 
 def time_to_reach(cells: list[dict[str, Any]], sel: list[dict[str, Any]], model: str, nodes: int, rate: str) -> str:
@@ -287,20 +288,38 @@ def plot_graph(graph: str, cells: list[dict[str, Any]], out: Path) -> list[str]:
     return made
 
 
+def _mode_name(c: dict[str, Any]) -> str:
+    if c.get("cell", "").endswith("neighbor"):
+        return "NeighborLoader DDP"
+    if c.get("baseline") == "single":
+        return "single process, " + ("sparse adjacency" if c.get("cell", "").endswith("sparse") else "edge_index")
+    return MODE_NAME[c["mode"]]
+
+
+def _holds_back(cell: dict[str, Any]) -> str:
+    """Which part of an epoch dominates it, measured: what a missed speed-up target is waiting for."""
+    b = cell["summary"]["breakdown"]
+    parts = {"compute": b["compute_s"], "halo wait": b["wait_s"], "gradient all-reduce": b["allreduce_s"], "quantization": b["codec_s"]}
+    top = max(parts, key=parts.get)  # type: ignore[arg-type]
+    return ", ".join(f"{k} {v:.3f} s" for k, v in parts.items()) + f": {top} holds it back"
+
+
 def cell_table(cells: list[dict[str, Any]]) -> str:
-    rows = ["| model | mode | bits | epoch s (median) | mean | compute | quant | wait | all-reduce | MB/epoch | final test | best-val test | peak RSS MB |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    rows = ["| model | mode | bits | epoch s (median) | mean | compute | kernel bound | compute / bound | quant | wait | all-reduce "
+            "| MB/epoch | final test | best-val test | peak RSS MB |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     order = {m: i for i, m in enumerate(MODES)}
     for c in sorted(cells, key=lambda c: (c.get("model", ""), order.get(c.get("mode", ""), 9), -c.get("bits", 0))):
         s = c["summary"]
         b = s["breakdown"]
         name, final = metric(c)
         _, best = metric(c, "best_val")
-        mode = "NeighborLoader DDP" if c.get("cell", "").endswith("neighbor") else ("single process" if c.get("baseline") == "single" else MODE_NAME[c["mode"]])
+        mode = _mode_name(c)
         bits = "-" if "neighbor" in c.get("cell", "") or c.get("baseline") else c["bits"]
+        bound = f"{s['kernel_bound_s']:.3f} | {s['compute_over_bound']:.2f}" if "kernel_bound_s" in s else "- | -"
         rows.append(
             f"| {c['model']} | {mode} | {bits} | {s['epoch_s']:.3f} | {s.get('epoch_s_mean', s['epoch_s']):.3f} | "
-            f"{b['compute_s']:.3f} | {b['codec_s']:.3f} | "
+            f"{b['compute_s']:.3f} | {bound} | {b['codec_s']:.3f} | "
             f"{b['wait_s']:.3f} | {b['allreduce_s']:.3f} | {s['bytes_per_epoch'] / 1e6:.3f} | {final:.4f} | {best:.4f} | "
             f"{s['peak_rss_mb']:.0f} |"
         )
@@ -323,8 +342,13 @@ def targets(graph: str, cells: list[dict[str, Any]]) -> str:
             _, a1 = metric(s1, "best_val")
             how = f"hidden {s32.get('hidden')}" + (", sparse adjacency" if s32.get("sparse") else "")
             parts = [f"**{model.upper()} ({how}), {nodes} nodes at {rate}**: 1-bit sync epoch **{sp:.2f}×** faster than 32-bit "
-                     f"(target ≥ 5×), **{by:.1f}×** fewer bytes (target ≥ 25×), {name} {a1:.4f} vs {a32:.4f} "
+                     f"(target ≥ 4× for GCN and SAGE), **{by:.1f}×** fewer bytes (target ≥ 25×), {name} {a1:.4f} vs {a32:.4f} "
                      f"(Δ {100 * (a1 - a32):+.2f} pp, target within 0.5 pp)"]  # fmt: skip
+            if sp < 4 and model != "gat":
+                parts.append(f"the 1-bit epoch: {_holds_back(s1)}")
+            if "compute_over_bound" in s32["summary"]:
+                parts.append(f"compute per epoch {s32['summary']['compute_over_bound']:.2f}× the partition's kernel bound "
+                             f"(32-bit sync; target ≤ 1.5×)")  # fmt: skip
             # what any codec could reach here: 32-bit sync with its halo wait removed entirely
             bound = s32["summary"]["epoch_s"] / max(s32["summary"]["epoch_s"] - s32["summary"]["breakdown"]["wait_s"], 1e-9)
             share = s32["summary"]["breakdown"]["wait_s"] / s32["summary"]["epoch_s"]
