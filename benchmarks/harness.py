@@ -252,8 +252,9 @@ def cmd_baselines(a: argparse.Namespace) -> None:
     try:
         for graph in a.graph:
             for model in a.models:
-                for extra in ([], ["--sparse"]) if model != "gat" else ([],):  # both PyG paths (GAT has one)
-                    run_single_baseline(graph, model, a.epochs, a.force, extra=extra)
+                paths = a.single_paths if model != "gat" else ["edge_index"]  # GAT has no fused path
+                for path in paths:  # PyG's per-edge path and its fused path on a sparse adjacency
+                    run_single_baseline(graph, model, a.epochs, a.force, extra=["--sparse"] if path == "sparse" else [])
                 run_cell(graph, model, 32, "sync", a.nodes, a.rate, a.neighbor_epochs, cluster, a.force,
                          extra=["--baseline", "neighbor"], name=f"{model}-neighbor")  # fmt: skip
     finally:
@@ -348,6 +349,8 @@ def main() -> None:
             p.add_argument("--mode", default="sync")
         if name == "baselines":
             p.add_argument("--neighbor-epochs", type=int, default=10)
+            p.add_argument("--single-paths", nargs="+", choices=["edge_index", "sparse"], default=["edge_index", "sparse"],
+                           help="single-process PyG paths to measure (edge_index needs [edges, d] messages)")  # fmt: skip
         if name == "report":
             p.add_argument("--page", default=str(ROOT / "docs" / "benchmarks.md"))
         p.add_argument("--hidden", type=int, default=64 if name == "scale" else 256, help="hidden channels of the model")
