@@ -210,8 +210,9 @@ class HaloQuantStrategy(DDPStrategy):
     # ------------------------------------------------------------------ environment
     @override
     def connect(self, model: pl.LightningModule) -> None:
-        # Refuse an unsupported model before anything is partitioned (prepare_data runs later).
-        check_model(model)
+        # Refuse an unsupported layer before anything is partitioned (prepare_data runs later); a model
+        # without layers yet may build them in configure_model, so that is checked at setup.
+        check_model(model, require_layers=False)
         super().connect(model)
 
     @override

@@ -114,7 +114,12 @@ class PartitionEdges:
     def resolve(self, arg: Any, layer: str) -> Resolution:
         """The edge set ``arg`` denotes, or :class:`UnsupportedEdgesError` (raised on every rank alike)."""
         own = self.part.edge_index
-        if arg is own and own._version == self._version:
+        if arg is own:
+            if own._version != self._version:
+                raise UnsupportedEdgesError(
+                    f"layer '{layer}': batch.edge_index was changed in place after partitioning, so the partition's "
+                    "edges (and its exchange plan) no longer describe it. Change the graph before partitioning."
+                )
             return Resolution(self.sets["in"])
         if isinstance(arg, Tensor):
             hit = self._seen.get(id(arg))

@@ -119,6 +119,16 @@ class LayerContext:
         edges.remember(key, (weight, out))
         return out
 
+    def wrapped(self, edges: EdgeSet, user: Tensor) -> FusedAdjacency:
+        """A user's sparse adjacency as a :class:`FusedAdjacency` (memoised: its transposes are built once)."""
+        key = ("wrapped", id(user), user._version)
+        hit = edges.memo.get(key)
+        if hit is not None and hit[0] is user:
+            return hit[1]
+        adj = FusedAdjacency.wrap(user if user.layout == torch.sparse_csr else user.to_sparse_csr())
+        edges.remember(key, (user, adj))
+        return adj
+
     def fused(
         self, edges: EdgeSet, ei: Tensor, weight: Optional[Tensor], n_dst: int, reduce: str, dtype: torch.dtype, tag: Any
     ) -> FusedAdjacency:
@@ -315,7 +325,7 @@ class LayerHook:
             user = arguments["edge_index"]
             if reduce is not None:
                 edges_for_layer = (
-                    FusedAdjacency.wrap(user if user.layout == torch.sparse_csr else user.to_sparse_csr())
+                    ctx.wrapped(target, user)
                     if n_dst == n_inner
                     else ctx.fused(target, canonical, weight, n_dst, "sum", dtype, ("user", id(user)))
                 )
@@ -491,8 +501,13 @@ def find_message_passing(model: Module) -> OrderedDict[str, Module]:
     return found
 
 
-def check_model(model: Module) -> OrderedDict[str, LayerSpec]:
+def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, LayerSpec]:
     """The spec of every layer of ``model``, or the error that refuses it (no partition needed).
+
+    Args:
+        model: the model.
+        require_layers: refuse a model without message-passing layers (off before
+            ``configure_model`` has run, which may still build them).
 
     Raises:
         UnsupportedLayerError: naming the first layer (or wrapper module) that cannot run on partitions.
@@ -502,7 +517,7 @@ def check_model(model: Module) -> OrderedDict[str, LayerSpec]:
         if why is not None:
             raise UnsupportedLayerError(f"'{name}' ({type(module).__name__}) cannot run on graph partitions: {why}.")
     layers = find_message_passing(model)
-    if not layers:
+    if not layers and require_layers:
         raise UnsupportedLayerError(
             f"{type(model).__name__} has no torch_geometric MessagePassing layer (GCNConv, SAGEConv, ...): "
             "HaloQuantStrategy partitions the graph between processes, which only makes sense for a GNN. "

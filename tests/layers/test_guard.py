@@ -174,3 +174,16 @@ def test_wrappers_with_global_computations_are_refused_before_anything_runs() ->
         check_model(nn.Linear(2, 2))
     with pytest.raises(UnsupportedLayerError, match="EGConv cannot run"):
         check_model(_Net(4, gnn.EGConv(H, H)))
+
+
+def test_edges_changed_in_place_are_refused() -> None:
+    data = awkward_graph(2)
+    net = _Net(data.num_features, gnn.SAGEConv(H, H)).double()
+
+    def fwd(m, b):
+        b.edge_index[0, 0] = b.edge_index[0, 1]  # e.g. a "cleaning" step in the model
+        return m(b.x, b.edge_index)
+
+    with pytest.raises(UnsupportedEdgesError, match="changed in place") as info:
+        run_threaded(net, data, 2, fwd, timeout=20)
+    _all_ranks_raised(info, UnsupportedEdgesError)

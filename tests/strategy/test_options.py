@@ -90,3 +90,18 @@ def test_batch_size_idiom_gets_a_pointer_to_the_masks() -> None:
     part = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2))[0]
     with pytest.raises(AttributeError, match="not a NeighborLoader mini-batch.*train_mask"):
         part.batch_size  # noqa: B018
+
+
+def test_layers_built_in_configure_model_are_hooked(tmp_path) -> None:
+    class Lazy(_Module):
+        def __init__(self) -> None:
+            super().__init__(None)
+
+        def configure_model(self) -> None:
+            if self.conv is None:
+                self.conv = GCNConv(8, 3)
+
+    data = awkward_graph(1, dtype=torch.float32)
+    trainer = _trainer(strategy=HaloQuantStrategy(bits=32))
+    trainer.fit(Lazy(), datamodule=HaloDataModule(data, cache_dir=str(tmp_path)))
+    assert "fused sparse" in trainer.strategy.layer_choices["conv"]
