@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from torch_geometric.data import Data
 
 from lightning_halo.data import PartitionDirectory
 from tests.support.graphs import awkward_graph
-from tests.test_cli import cli
+from tests.test_cli import ROOT, cli
 
 
 def test_partition_into_a_directory_and_read_it_back(tmp_path: Path) -> None:
@@ -40,3 +41,20 @@ def test_partition_errors_name_the_fix_and_touch_nothing(tmp_path: Path) -> None
     assert wrong.returncode == 2 and "holds 3 parts but the Trainer runs 2 processes" in wrong.stderr
     missing = cli("partition", "--parts", "2", tmp_path=tmp_path, timeout=300)
     assert missing.returncode == 2 and "give the graph" in missing.stderr
+
+
+@pytest.mark.multiprocess
+def test_two_step_workflow_partition_then_fit(tmp_path: Path) -> None:
+    """What examples/slurm/partition.sbatch and train_from_dir.sbatch run, on 2 local processes."""
+    parts = tmp_path / "cora-2"
+    made = cli("partition", "cora", "--parts", "2", "--out", str(parts), tmp_path=tmp_path, timeout=300)
+    assert made.returncode == 0, made.stderr
+    fit = cli(
+        "fit", "--config", str(ROOT / "examples/configs/sage.yaml"), "--data.data", str(parts), "--trainer.max_epochs", "2",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_checkpointing", "true",
+        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true",
+        "--trainer.callbacks.dirpath", str(tmp_path / "ckpt"), tmp_path=tmp_path,
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-3000:]
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file() and not (tmp_path / "cache").exists()
+    assert f"2 parts, {parts})" in fit.stdout + fit.stderr, "the partition statistics name the directory"

@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import lightning.pytorch as pl
 import torch
@@ -26,7 +26,7 @@ from lightning_halo.data.partition_dir import (
 from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
 from lightning_halo.partition.halo import format_stats
 from lightning_halo.partition.halo_partition import HaloPartition
-from lightning_halo.partition.options import check_num_parts, check_options
+from lightning_halo.partition.options import Balance, Partitioner, check_num_parts, check_options
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ class HaloDataModule(pl.LightningDataModule):
         self,
         data: Union[str, Data] = "cora",
         num_parts: Optional[int] = None,
-        partitioner: Literal["metis", "random"] = "metis",
-        balance: Literal["nodes", "edges"] = "nodes",
+        partitioner: Partitioner = "metis",
+        balance: Balance = "nodes",
         seed: int = 0,
         cache_dir: Optional[str] = None,
     ) -> None:
@@ -229,12 +229,15 @@ class HaloDataModule(pl.LightningDataModule):
         store = self.cache_for(num_parts)
         if isinstance(store, PartitionCache) and not store.is_complete():
             check_num_parts(num_parts, int(self._facts()["num_nodes"]))
-            assert not isinstance(self._source, PartitionDirectory)
-            return store.write(
-                self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
-                partitioner=self.partitioner, balance=self.balance, seed=self.seed,
-            )  # fmt: skip
+            return self._write(store, num_parts, on_phase)
         return store.read_meta()
+
+    def _write(self, store: PartitionCache, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
+        assert not isinstance(self._source, PartitionDirectory)  # a partition directory is never rewritten
+        return store.write(
+            self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
+            partitioner=self.partitioner, balance=self.balance, seed=self.seed,
+        )  # fmt: skip
 
     def _default_parts(self) -> int:
         if isinstance(self._source, PartitionDirectory):
@@ -284,8 +287,7 @@ class HaloDataModule(pl.LightningDataModule):
         except PartitionFileError as err:
             if isinstance(store, PartitionCache):  # derived data: rebuild it
                 _warn_rebuild(store, rank, f"corrupt ({err})")
-                store.write(self._source.open(), world_size, graph=self._facts(), partitioner=self.partitioner,  # type: ignore[union-attr]
-                            balance=self.balance, seed=self.seed)  # fmt: skip
+                self._write(store, world_size)
                 part = store.load_part(rank)
             else:  # the user's directory: never modified; the message says how to repair it
                 failure = err

@@ -41,14 +41,18 @@ def partition_to_dir(
             a :class:`~torch_geometric.data.Data`).
         out (str): the partition directory to create.
         num_parts (int): :math:`P`, the number of training processes.
-        partitioner, balance, seed: as for :func:`~lightning_halo.partition_graph`.
+        partitioner (str, optional): ``"metis"`` or ``"random"``, as for
+            :func:`~lightning_halo.partition_graph`. (default: ``"metis"``)
+        balance (str, optional): ``"nodes"`` or ``"edges"``. (default: ``"nodes"``)
+        seed (int, optional): partitioner seed. (default: ``0``)
         overwrite (bool, optional): replace an existing partition directory. (default: ``False``)
         on_phase (callable, optional): called with ``"scan"``, ``"metis"``, ``"halo"``,
             ``"write"``, ``"done"`` as each phase starts.
 
     Example:
-        >>> partition_to_dir("graph.pt", "/shared/graph-8", 8)["stats"]["edge_cut"]  # doctest: +SKIP
-        4726902
+        >>> manifest = partition_to_dir("graph.pt", "/shared/graph-8", 8)  # doctest: +SKIP
+        >>> manifest["num_parts"]  # doctest: +SKIP
+        8
     """
     check_options(partitioner, balance, num_parts, allow_none=False)
     out = Path(out)

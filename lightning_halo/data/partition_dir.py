@@ -89,8 +89,13 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """SHA-256 of a file, read in blocks (through the page cache, never mapped)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    h = hashlib.sha256()
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
 
 
 def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: int) -> Path:
@@ -154,7 +159,8 @@ class PartitionDirectory:
 
     Example:
         >>> d = PartitionDirectory("parts/")  # doctest: +SKIP
-        >>> d.read_meta()["graph"]["num_features"], d.load_part(0).n_inner  # doctest: +SKIP
+        >>> facts = d.read_meta()["graph"]  # doctest: +SKIP
+        >>> facts["num_features"], d.load_part(0).n_inner  # doctest: +SKIP
         (128, 1000000)
     """
 
@@ -223,10 +229,13 @@ def write_partition_dir(
         data (Data): the validated graph.
         out (str): directory to write into (created; must not hold part files yet).
         num_parts (int): :math:`P`.
-        partitioner, balance, seed: as for :func:`~lightning_halo.partition_graph`.
+        partitioner (str, optional): as for :func:`~lightning_halo.partition_graph`.
+            (default: ``"metis"``)
+        balance (str, optional): ``"nodes"`` or ``"edges"``. (default: ``"nodes"``)
+        seed (int, optional): partitioner seed. (default: ``0``)
         graph (dict): the graph's facts for the manifest (``fingerprint``, ``num_features``, ...).
         key (str): the partitioning's cache key, recorded in the manifest.
-        chunk_bytes (int, optional): window size. (default: 64 MiB)
+        chunk_bytes (int, optional): window size. (default: 16 MiB)
         on_phase (callable, optional): called with ``"metis"``, ``"halo"``, ``"write"`` and
             ``"done"`` as each phase starts (the memory benchmark measures each).
 
@@ -406,6 +415,11 @@ class _PartWriter:
     """One part file: its skeleton saved up front, then every tensor's bytes written in place."""
 
     def __init__(self, path: Path, state: dict[str, Any]) -> None:
+        if not hasattr(torch.serialization, "skip_data"):
+            raise RuntimeError(
+                f"writing partition files needs torch.serialization.skip_data (torch >= 2.6), this is torch "
+                f"{torch.__version__}; upgrade torch to partition (reading partition directories needs no upgrade)"
+            )
         with torch.serialization.skip_data(materialize_fake_tensors=True):
             torch.save(state, path)
         tensors = [(key, value) for key, value in state.items() if isinstance(value, Tensor)]

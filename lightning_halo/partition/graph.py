@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_halo.partition.chunks import CHUNK_BYTES, iter_edges
+from lightning_halo.partition.chunks import CHUNK_BYTES, iter_edges, trim_heap
 from lightning_halo.partition.options import Balance, Partitioner, check_balance, check_num_parts, check_partitioner
 
 
@@ -21,14 +21,15 @@ def symmetric_csr(edge_index: Tensor, num_nodes: int, chunk_edges: Optional[int]
     Built in bounded memory, so that partitioning needs the structure and nothing more: the
     edges are read in windows (a memory-mapped ``edge_index`` is never held whole), a
     counting pass sizes the rows, a second pass places both directions of every edge, and
-    each block of rows is then sorted and de-duplicated in place. Peak: ``8 (3N + 2E)``
-    bytes plus one window.
+    each block of rows is then sorted and de-duplicated in place. Peak: ``8 (4N + 2E)``
+    bytes (the rows with their duplicates) plus the temporaries of one window (about ten
+    times the window).
 
     Args:
         edge_index (Tensor): ``[2, E]`` integer edge list (any direction, duplicates allowed;
             may be memory-mapped).
         num_nodes (int): number of nodes :math:`N`.
-        chunk_edges (int, optional): edges per window. (default: 4M)
+        chunk_edges (int, optional): edges per window. (default: 1M)
 
     Returns:
         ``(xadj, adjncy)`` as contiguous ``int64`` numpy arrays of lengths ``N + 1`` and
@@ -138,6 +139,7 @@ def partition_graph(
     import pymetis
 
     xadj, adjncy = symmetric_csr(edge_index, num_nodes)
+    trim_heap()  # the CSR build's freed windows: not to be counted again while METIS runs
     vweights = None
     if balance == "edges":
         indeg = torch.zeros(num_nodes, dtype=torch.long)

@@ -135,7 +135,7 @@ def plan_halos(edge_index: Tensor, parts: Tensor, num_parts: Optional[int] = Non
         edge_index (Tensor): ``[2, E]`` edges (may be memory-mapped).
         parts (Tensor): ``[N]`` part of every node, values in ``[0, P)``.
         num_parts (int, optional): :math:`P`; inferred as ``parts.max() + 1`` if omitted.
-        chunk_edges (int, optional): edges per window. (default: 4M)
+        chunk_edges (int, optional): edges per window. (default: 1M)
 
     Example:
         >>> plan_halos(torch.tensor([[0, 2], [2, 0]]), torch.tensor([0, 0, 1])).halos[1].tolist()

@@ -68,3 +68,18 @@ def test_resume_from_a_partition_directory_is_bitwise_exact(tmp_path: Path) -> N
             for name in full:
                 assert torch.equal(full[name], resumed[name]), f"{mode} rank {rank}: {name} differs after resume"
             assert any(not torch.equal(full[n], first[n]) for n in full), "the second half must have trained"
+
+
+@pytest.mark.multiprocess
+def test_a_damaged_part_stops_every_rank_with_its_name(tmp_path: Path) -> None:
+    source = _offline(tmp_path, "cora32", 2)
+    raw = bytearray((source / "part_1.pt").read_bytes())
+    raw[-300] ^= 0xFF  # same size, other bytes: only rank 1 can tell, by its hash
+    (source / "part_1.pt").write_bytes(bytes(raw))
+    results = run_workers([WORKER, "load", "--out", str(tmp_path / "load"), "--data", str(source)], 2, timeout=300)
+    check(results)  # both ranks stop cleanly, neither hangs
+    own = (tmp_path / "load" / "rank1.txt").read_text()
+    peer = (tmp_path / "load" / "rank0.txt").read_text()
+    assert own.startswith("PartitionFileError:") and "part_1.pt does not match the SHA-256" in own
+    assert peer.startswith("PartitionFileError: rank 1 cannot load its partition:") and "part_1.pt" in peer
+    assert (source / "part_1.pt").read_bytes() == bytes(raw), "the directory is never modified"

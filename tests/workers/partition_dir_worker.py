@@ -2,6 +2,7 @@
 
     python tests/workers/partition_dir_worker.py parity --out DIR --data PARTDIR|memory --configs sage:2:awkward ...
     python tests/workers/partition_dir_worker.py resume --out DIR --data PARTDIR --phase full|first|second
+    python tests/workers/partition_dir_worker.py load --out DIR --data PARTDIR
 
 ``parity`` trains each config for 5 steps at bits=32 (the parity worker's recording module) and
 writes DIR/<config>/rank<r>.pt; ``resume`` trains the example GCN (dropout, 1-bit halos, sync
@@ -78,9 +79,21 @@ def resume(args: argparse.Namespace, world_size: int, rank: int) -> None:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
 
 
+def load(args: argparse.Namespace, world_size: int, rank: int) -> None:
+    dm = HaloDataModule(args.data)
+    model = GCN(dm.num_features, 16, dm.num_classes)
+    try:
+        quiet_trainer(world_size, strategy=HaloQuantStrategy(), max_epochs=1, limit_val_batches=0).fit(model, datamodule=dm)
+        msg = "OK"
+    except Exception as err:  # noqa: BLE001 - the message is the test subject
+        msg = f"{type(err).__name__}: {err}"
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"rank{rank}.txt").write_text(msg)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", choices=["parity", "resume"])
+    parser.add_argument("task", choices=["parity", "resume", "load"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--data", required=True, help="parity: a folder of <graph>-<world size> partition directories, or 'memory'; resume: the partition directory")
     parser.add_argument("--configs", nargs="*", default=[])
@@ -88,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
-    (parity if args.task == "parity" else resume)(args, world_size, rank)
+    {"parity": parity, "resume": resume, "load": load}[args.task](args, world_size, rank)
 
 
 if __name__ == "__main__":
