@@ -30,9 +30,11 @@ def _dm(tmp_path, data=None, world_size: int = 2, rank: int = 0, **kw) -> HaloDa
     return dm
 
 
-def test_num_features_and_classes_before_setup() -> None:
-    dm = HaloDataModule("cora")
+def test_num_features_and_classes_before_setup(tmp_path) -> None:
+    dm = HaloDataModule("cora", cache_dir=str(tmp_path))
     assert (dm.num_features, dm.num_classes) == (1433, 7)
+    (stored,) = (tmp_path / "sources").glob("*.json")  # for the other ranks: no graph to load
+    assert json.loads(stored.read_text())["facts"]["num_features"] == 1433
 
 
 def test_each_rank_gets_its_part_and_one_batch(tmp_path) -> None:
