@@ -15,11 +15,10 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import lightning_halo.data.datamodule as datamodule  # noqa: E402
 from benchmarks.graphs import graph_source  # noqa: E402
 from lightning_halo import HaloDataModule  # noqa: E402
 
@@ -35,40 +34,21 @@ def main() -> None:
     p.add_argument("--cache-dir", default=None)
     a = p.parse_args()
 
-    timings: dict[str, float] = {}
-
-    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                timings[name] = time.perf_counter() - t
-
-        return wrapper
-
-    # time the pure steps inside the DataModule's own build, without changing what it does
-    datamodule.partition_graph = timed("metis_s", datamodule.partition_graph)
-    datamodule.build_halo_partitions = timed("halo_s", datamodule.build_halo_partitions)
-
     t = time.perf_counter()
     dm = HaloDataModule(graph_source(a.graph), cache_dir=a.cache_dir)
     data = dm.data
     out: dict[str, Any] = {"nodes": data.num_nodes, "edges": data.num_edges, "load_s": time.perf_counter() - t,
                            "graph_rss_mb": _rss_mb()}  # fmt: skip
     for parts in a.parts:
-        cache = dm._cache(parts)
-        timings.clear()
+        cached = dm.cache_for(parts).is_complete()
         t = time.perf_counter()
-        cached = cache.is_complete()
-        if not cached:
-            dm._build(cache, parts)
+        manifest = dm.build(parts)  # the writer records the time of each of its steps in the manifest
         total = time.perf_counter() - t
-        stats = cache.read_meta()["stats"]
-        row = {"cached": cached, "build_s": total, **timings, "edge_cut": stats["edge_cut"],
-               "halo_rows": stats["halo_rows"], "balance": stats["balance"]}  # fmt: skip
+        stats = manifest["stats"]
+        row = {"cached": cached, "build_s": total, "edge_cut": stats["edge_cut"], "halo_rows": stats["halo_rows"],
+               "balance": stats["balance"]}  # fmt: skip
         if not cached:
-            row["write_s"] = total - timings.get("metis_s", 0.0) - timings.get("halo_s", 0.0)
+            row.update(manifest["timings"])
         out[str(parts)] = row
         print(json.dumps({parts: row}), file=sys.stderr, flush=True)
     out["peak_rss_mb"] = _rss_mb()

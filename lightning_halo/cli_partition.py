@@ -1,61 +1,89 @@
-"""The ``lightning-halo partition`` verb: partition a graph and print its statistics and traffic table."""
+"""The ``lightning-halo partition`` verb: partition a graph, print its statistics and traffic table.
+
+    lightning-halo partition GRAPH --parts P --out DIR   # a partition directory for P ranks
+    lightning-halo partition GRAPH --parts P             # into the partition cache
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from lightning_halo.data import HaloDataModule
-from lightning_halo.exchange import predict_traffic
-from lightning_halo.quant import SUPPORTED_BITS as BITS
+from lightning_halo.partition.halo import format_stats
+from lightning_halo.partition.options import BALANCES, PARTITIONERS
+from lightning_halo.quant.format import SUPPORTED_BITS as BITS
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-halo partition",
-        description="Partition a graph into the cache and print its statistics and the halo traffic per bit width.",
+        description="Partition a graph into a partition directory (--out) or the cache, and print its statistics "
+        "and the halo traffic per bit width.",
     )
-    parser.add_argument("--data", default="cora", help="bundled name, torch.save'd Data path, or pyg:<Class>:<root>[:<name>]")
-    parser.add_argument("--num-parts", type=int, required=True)
-    parser.add_argument("--partitioner", choices=["metis", "random"], default="metis")
-    parser.add_argument("--balance", choices=["nodes", "edges"], default="nodes")
+    parser.add_argument(
+        "graph", nargs="?", help="a graph directory of .npy files, a torch.save'd Data, a bundled name (cora), "
+        "pyg:<Class>:<root>[:<name>], or a partition directory (to print its tables)",
+    )  # fmt: skip
+    parser.add_argument("--data", help=argparse.SUPPRESS)  # the graph, as in earlier versions
+    parser.add_argument("--parts", "--num-parts", dest="parts", type=int, required=True, help="number of parts = training processes")
+    parser.add_argument("--out", default=None, help="write a partition directory here (else: into the cache)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing partition directory at --out")
+    parser.add_argument("--partitioner", choices=PARTITIONERS, default="metis")
+    parser.add_argument("--balance", choices=BALANCES, default="nodes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--cache-dir", default=None, help="cache root when --out is not given")
     parser.add_argument("--hidden", type=int, default=64, help="hidden size of the model, for the traffic table")
     parser.add_argument("--layers", type=int, default=2, help="message-passing layers of the model")
     parser.add_argument("--gcn", action="store_true", help="the model uses GCN-style layers (one degree exchange)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    args = parser.parse_args(argv)
-    dm = HaloDataModule(
-        args.data,
-        num_parts=args.num_parts,
-        partitioner=args.partitioner,
-        balance=args.balance,
-        seed=args.seed,
-        cache_dir=args.cache_dir,
-    )
-    parts = dm.partitions(args.num_parts)
-    from lightning_halo.partition import partition_stats
+    return parser
 
-    stats = partition_stats(parts)
-    feature_bytes = parts[0].x.element_size()
-    stored = all("halo_x" in p for p in parts)
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    graph = args.graph or args.data
+    if graph is None:
+        parser.error("give the graph: lightning-halo partition GRAPH --parts P [--out DIR]")
+    options = dict(partitioner=args.partitioner, balance=args.balance, seed=args.seed)
+    try:
+        if args.out is not None:
+            from lightning_halo.data.offline import partition_to_dir
+
+            manifest = partition_to_dir(graph, args.out, args.parts, overwrite=args.overwrite, **options)
+            where = args.out
+        else:
+            from lightning_halo.data import HaloDataModule
+
+            dm = HaloDataModule(graph, num_parts=args.parts, cache_dir=args.cache_dir, **options)  # type: ignore[arg-type]
+            manifest = dm.build(args.parts)
+            where = str(dm.cache_for(args.parts).dir)
+    except (ValueError, FileExistsError, RuntimeError) as err:
+        parser.exit(2, f"lightning-halo partition: error: {err}\n")
+    print_report(manifest, where, args)
+    return 0
+
+
+def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace) -> None:
+    from lightning_halo.exchange import predict_traffic
+
+    stats, graph = manifest["stats"], manifest["graph"]
+    stored = bool(manifest["halo_x"])
     traffic = {
         bits: predict_traffic(
-            stats["halo_rows"], dm.num_features, args.hidden, args.layers, bits, feature_bytes=feature_bytes, gcn=args.gcn,
-            input_stored=stored,
+            stats["halo_rows"], graph["num_features"], args.hidden, args.layers, bits,
+            feature_bytes=_ITEMSIZE.get(graph["x_dtype"], 4), gcn=args.gcn, input_stored=stored,
         )
         for bits in BITS
-    }
+    }  # fmt: skip
     if args.json:
-        print(json.dumps({"stats": stats, "traffic": traffic, "cache": str(dm._cache(args.num_parts).dir)}))
-        return 0
-    print(f"graph {args.data}: {sum(stats['nodes'])} nodes, {sum(stats['edges'])} edges, {dm.num_features} features")
-    print(f"{args.partitioner} into {args.num_parts} parts: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}, "
-          f"balance {stats['balance']:.3f}, replication {stats['replication']:.3f}")
-    print(f"{'part':>6} {'nodes':>10} {'in-edges':>12} {'halo':>10} {'sends':>10}")
-    for p in range(args.num_parts):
-        print(f"{p:>6} {stats['nodes'][p]:>10} {stats['edges'][p]:>12} {stats['halo_nodes'][p]:>10} {stats['send_rows'][p]:>10}")
+        print(json.dumps({"stats": stats, "traffic": traffic, "cache": where, "manifest": manifest}))
+        return
+    print(f"graph {graph['source']}: {graph['num_nodes']} nodes, {graph['num_edges']} edges, {graph['num_features']} features")
+    print("\n".join(format_stats(stats, f"{manifest['partitioner']} into {manifest['num_parts']} parts")))
     print(f"\nhalo traffic per training epoch, all ranks, {args.layers} layers, hidden {args.hidden}:")
     print(f"{'bits':>6} {'forward MB':>12} {'backward MB':>12} {'vs fp32':>9}")
     for bits, t in traffic.items():
@@ -63,11 +91,11 @@ def main(argv: list[str]) -> int:
         ratio = f"{t['fp32_per_epoch'] / sent:.1f}x" if sent else "-"
         print(f"{bits:>6} {t['fwd_per_epoch'] / 1e6:>12.4f} {t['bwd_per_epoch'] / 1e6:>12.4f} {ratio:>9}")
     if stored:
-        stored_mb = sum(p.halo_x.numel() * p.halo_x.element_size() for p in parts) / 1e6
+        stored_mb = stats["halo_rows"] * graph["num_features"] * _ITEMSIZE.get(graph["x_dtype"], 4) / 1e6
         print(f"input features of the halo: stored in the partitions ({stored_mb:.3f} MB in all), not exchanged")
     else:
         print(f"plus once: input-feature halo {traffic[32]['input_once'] / 1e6:.3f} MB (full precision)")
     if args.gcn:
         print(f"plus once: GCN degrees of the halo {traffic[32]['aux_once'] / 1e6:.3f} MB")
-    print(f"cached in {dm._cache(args.num_parts).dir}")
-    return 0
+    sizes = sum(f["bytes"] for f in manifest["files"].values())
+    print(f"{'written to' if args.out else 'cached in'} {where} ({manifest['num_parts']} part files, {sizes / 1e6:.1f} MB)")

@@ -1,28 +1,23 @@
-"""On-disk partition cache: content-addressed, written atomically, loaded without unpickling code."""
+"""On-disk partition cache: content-addressed partition directories, published atomically."""
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightning_halo.partition.halo_partition import HaloPartition, hash_tensor
+from lightning_halo.data.partition_dir import FORMAT_VERSION, PartitionDirectory, PartitionFileError, Phase, write_partition_dir
+from lightning_halo.partition.halo_partition import hash_tensor
 
-#: Bumped whenever the layout of a cached partition changes, so old caches are not reused.
-FORMAT_VERSION = 2  # 2: partitions carry halo_x and x_digest
-
-
-class CacheCorruptError(RuntimeError):
-    """A cached file is missing, truncated or does not match its recorded hash."""
+#: A cached file is missing, truncated or does not match its recorded hash (the cache rebuilds it).
+CacheCorruptError = PartitionFileError
 
 
 def default_cache_dir() -> Path:
@@ -33,6 +28,8 @@ def default_cache_dir() -> Path:
 
 def graph_fingerprint(data: Data) -> str:
     """Content hash of every tensor and scalar attribute of ``data`` (names, dtypes, shapes, bytes).
+
+    Tensors are hashed in place a window at a time, so a memory-mapped graph is never held whole.
 
     Example:
         >>> graph_fingerprint(Data(x=torch.zeros(2, 1)))  # doctest: +SKIP
@@ -55,16 +52,34 @@ def cache_key(fingerprint: str, **params: Any) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 
-def _sha256(buf: bytes) -> str:
-    return hashlib.sha256(buf).hexdigest()
+def publish(tmp: Path, target: Path, *, replace: bool) -> bool:
+    """Rename the finished directory ``tmp`` to ``target``; ``False`` if ``target`` was kept.
+
+    ``replace=False`` keeps an existing ``target`` (another writer won the race) and removes
+    ``tmp``; ``replace=True`` moves the old ``target`` aside first, then deletes it.
+    """
+    try:
+        os.rename(tmp, target)  # atomic; fails if target exists and is not empty
+        return True
+    except OSError:
+        if not target.exists():
+            raise
+    if not replace:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    trash = target.parent / f".trash-{target.name}-{uuid.uuid4().hex[:8]}"
+    os.rename(target, trash)
+    os.rename(tmp, target)
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
 
 
-class PartitionCache:
-    """One cached partitioning: ``<root>/<key>/{meta.json, part_<p>.pt}``.
+class PartitionCache(PartitionDirectory):
+    """One cached partitioning: the partition directory ``<root>/<key>/``.
 
     Writes go to a fresh temporary directory that is renamed into place, so concurrent
-    writers (one per node on a shared file system) never expose half a cache; readers verify
-    each part's SHA-256 against ``meta.json`` and load it with ``torch.load(weights_only=True)``.
+    writers (one per node on a shared file system) never expose half a cache; readers check
+    each part's size and SHA-256 against the manifest and memory-map it.
 
     Args:
         root (Path): cache root directory.
@@ -74,84 +89,21 @@ class PartitionCache:
     def __init__(self, root: str | os.PathLike, key: str) -> None:
         self.root = Path(root)
         self.key = key
-        self.dir = self.root / key
+        super().__init__(self.root / key)
 
-    def is_complete(self) -> bool:
-        """Whether ``meta.json`` and every part file it lists exist (hashes are checked on load)."""
-        try:
-            meta = self.read_meta()
-        except CacheCorruptError:
-            return False
-        return all((self.dir / f).is_file() for f in meta["files"])
+    def write(self, data: Data, num_parts: int, *, graph: dict[str, Any], on_phase: Optional[Phase] = None,
+              **params: Any) -> dict[str, Any]:  # fmt: skip
+        """Partition ``data`` into the cache (replacing a corrupt copy) and return the manifest.
 
-    def verify(self) -> bool:
-        """Whether the cache is complete and every part matches its recorded hash."""
-        try:
-            meta = self.read_meta()
-            return all(_sha256((self.dir / f).read_bytes()) == h for f, h in meta["files"].items())
-        except (CacheCorruptError, OSError):
-            return False
-
-    def read_meta(self) -> dict[str, Any]:
-        path = self.dir / "meta.json"
-        try:
-            meta = json.loads(path.read_text())
-        except FileNotFoundError as err:
-            raise CacheCorruptError(f"{path} is missing") from err
-        except (OSError, ValueError) as err:
-            raise CacheCorruptError(f"{path} is unreadable ({err})") from err
-        if meta.get("format_version") != FORMAT_VERSION or "files" not in meta:
-            raise CacheCorruptError(f"{path} has an unknown format")
-        return meta
-
-    def write(self, partitions: list[HaloPartition], meta: dict[str, Any]) -> None:
-        """Atomically store ``partitions`` and ``meta`` (replacing a corrupt copy if present)."""
+        ``params`` are ``partitioner``, ``balance`` and ``seed``.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".tmp-{self.key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
         try:
-            files: dict[str, str] = {}
-            for p, part in enumerate(partitions):
-                buf = io.BytesIO()
-                torch.save(part.to_state(), buf)
-                name = f"part_{p}.pt"
-                (tmp / name).write_bytes(buf.getvalue())
-                files[name] = _sha256(buf.getvalue())
-            full_meta = {**meta, "format_version": FORMAT_VERSION, "key": self.key, "files": files}
-            (tmp / "meta.json").write_text(json.dumps(full_meta, indent=1, sort_keys=True))
-            for f in tmp.iterdir():  # make the data durable before it becomes visible
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-            try:
-                os.rename(tmp, self.dir)
-            except OSError:
-                if self.verify():  # another process won the race with identical content
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    return
-                # a corrupt copy is in the way: move it aside, then publish ours
-                trash = self.root / f".trash-{self.key}-{uuid.uuid4().hex[:8]}"
-                os.rename(self.dir, trash)
-                os.rename(tmp, self.dir)
-                shutil.rmtree(trash, ignore_errors=True)
+            manifest = write_partition_dir(data, tmp, num_parts, graph=graph, key=self.key, on_phase=on_phase, **params)
+            if not publish(tmp, self.dir, replace=not self.verify()):  # a good copy won the race: keep it
+                return self.read_meta()
+            return manifest
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-
-    def load_part(self, p: int) -> HaloPartition:
-        """Load and verify part ``p``.
-
-        Raises:
-            CacheCorruptError: if the file is missing or its hash does not match.
-        """
-        meta = self.read_meta()
-        name = f"part_{p}.pt"
-        if name not in meta["files"]:
-            raise CacheCorruptError(f"{self.dir} has no {name} (it holds {len(meta['files'])} parts)")
-        try:
-            raw = (self.dir / name).read_bytes()
-        except OSError as err:
-            raise CacheCorruptError(f"{self.dir / name} is unreadable ({err})") from err
-        if _sha256(raw) != meta["files"][name]:
-            raise CacheCorruptError(f"{self.dir / name} does not match its recorded SHA-256 (truncated or modified)")
-        state = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
-        return HaloPartition.from_state(state)

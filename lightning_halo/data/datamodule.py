@@ -1,4 +1,4 @@
-"""HaloDataModule: partition once per node, hand each rank its own partition every epoch."""
+"""HaloDataModule: partition once per node (or read a partition directory), hand each rank its own part."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import lightning.pytorch as pl
 import torch
@@ -15,21 +15,22 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch_geometric.data import Data
 from typing_extensions import override
 
-from lightning_halo.data.cache import (
-    CacheCorruptError,
-    PartitionCache,
-    cache_key,
-    default_cache_dir,
-    graph_fingerprint,
+from lightning_halo.data.cache import PartitionCache, cache_key, default_cache_dir
+from lightning_halo.data.partition_dir import (
+    MANIFEST,
+    PartitionDirectory,
+    PartitionFileError,
+    check_world_size,
+    is_partition_dir,
 )
-from lightning_halo.data.datasets import BUNDLED, load_bundled
-from lightning_halo.data.pyg_datasets import PREFIX as PYG_PREFIX
-from lightning_halo.data.pyg_datasets import load_pyg_dataset
-from lightning_halo.data.validation import GraphValidationError, infer_num_classes, validate_graph
-from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
+from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
+from lightning_halo.partition.halo import format_stats
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.options import Balance, Partitioner, check_num_parts, check_options
 
 log = logging.getLogger(__name__)
+
+__all__ = ["HaloDataModule", "load_graph"]
 
 
 class _OnePartition(IterableDataset):
@@ -55,80 +56,71 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
-def load_graph(source: Union[str, os.PathLike, Data]) -> Data:
-    """Resolve a graph source: a ``Data``, a ``torch.save``'d ``Data`` file, or a bundled name.
+def _warn_rebuild(store: PartitionDirectory, rank: int, what: str) -> None:
+    rank_zero_warn(f"lightning-halo: partition cache {store.dir} is {what}; rebuilding it.")
+    warnings.warn(f"rank {rank}: partition cache {store.dir} is {what}; rebuilding it", stacklevel=3)
 
-    Files are read with ``torch.load(weights_only=True)`` and only PyG's ``Data`` classes
-    allow-listed: a file holding anything else is rejected, never unpickled.
 
-    Args:
-        source (Data or str): a :class:`~torch_geometric.data.Data`, a path to
-            ``torch.save(data, path)``, a bundled name (``"cora"``) or
-            ``"pyg:<Class>:<root>[:<name>]"``.
+def _raise_everywhere(failure: Optional[Exception], world_size: int) -> None:
+    """Raise ``failure`` here and a pointer to it on every other rank (one small collective).
 
-    Returns:
-        The validated graph.
-
-    Example:
-        >>> load_graph("cora").num_nodes
-        2708
+    Only the rank whose part file is damaged can tell (each rank hashes its own part); without
+    this, its peers would stop later with a lost-connection error that names nothing.
     """
-    if isinstance(source, Data):
-        return validate_graph(source)
-    if not isinstance(source, (str, os.PathLike)):
-        raise GraphValidationError(
-            f"data must be a torch_geometric Data, a file path or a bundled dataset name, got {type(source).__name__}"
-        )
-    path = Path(source)
-    if path.is_file():
-        from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-        from torch_geometric.data.storage import GlobalStorage
+    import torch.distributed as dist
 
-        try:
-            with torch.serialization.safe_globals([Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]):
-                obj = torch.load(path, weights_only=True, map_location="cpu")
-        except Exception as err:  # pickle errors, zip errors, truncated files
-            raise GraphValidationError(
-                f"{path} is not a torch.save'd torch_geometric Data that loads safely ({type(err).__name__}: "
-                f"{str(err).splitlines()[0][:200]}). Save the graph with torch.save(data, path)."
-            ) from err
-        return validate_graph(obj, source=str(path))
-    if isinstance(source, str) and source.startswith(PYG_PREFIX):
-        return validate_graph(load_pyg_dataset(source), source=source)
-    if isinstance(source, str) and source.lower() in BUNDLED:
-        return validate_graph(load_bundled(source), source=f"bundled dataset {source!r}")
-    raise GraphValidationError(
-        f"data={str(source)!r} is neither an existing file nor a bundled dataset name "
-        f"(bundled: {sorted(BUNDLED)}). Pass a torch_geometric Data, a path to torch.save(data, path), a bundled "
-        "name, or pyg:<Class>:<root>[:<name>] for a PyG dataset folder."
-    )
+    if world_size > 1 and dist.is_available() and dist.is_initialized():
+        messages: list[Optional[str]] = [None] * world_size
+        dist.all_gather_object(messages, None if failure is None else str(failure))
+        bad = [(r, m) for r, m in enumerate(messages) if m]
+        if bad and failure is None:
+            rank, message = bad[0]
+            raise PartitionFileError(f"rank {rank} cannot load its partition: {message}")
+    if failure is not None:
+        raise failure
 
 
 class HaloDataModule(pl.LightningDataModule):
     r"""Partitions a graph for distributed full-graph training and serves each rank its part.
 
-    In ``prepare_data`` (once per node) the graph is split into ``num_parts`` parts with METIS
-    (pymetis, on the symmetrised graph without self-loops, seeded) or a random baseline, each
-    part gets its halo and exchange plan (:func:`~lightning_halo.partition.build_halo_partitions`),
-    and the result is cached on disk under a content hash of the graph and the parameters.
-    In ``setup`` each rank loads only its own :class:`HaloPartition`, moves it to its device
-    once, and every dataloader yields it as the epoch's single batch.
+    Two ways in:
+
+    * **A partition directory** written beforehand by ``lightning-halo partition GRAPH --parts P
+      --out DIR``: every rank reads the manifest and memory-maps its own part file only. No
+      process touches the whole graph, which may be larger than any host's memory.
+    * **A graph** (a :class:`~torch_geometric.data.Data`, a file, a graph directory of ``.npy``
+      files, ``"cora"``, ``"pyg:..."``): in ``prepare_data`` (once per node) the graph is split
+      into ``num_parts`` parts with METIS (pymetis, on the symmetrised graph without
+      self-loops, seeded) or a random baseline, each part gets its halo and exchange plan, and
+      the parts are written to a partition directory in the cache, under a content hash of
+      the graph and the parameters. The graph's facts (fingerprint, ``num_features``, ...) of a
+      path are stored next to the cache, so the other ranks never load the graph.
+
+    In ``setup`` each rank loads only its own :class:`HaloPartition` (checked against the
+    manifest's SHA-256, memory-mapped), moves it to its device once, and every dataloader
+    yields it as the epoch's single batch. A damaged cache entry is rebuilt with a warning; a
+    damaged partition directory is an error naming the file and the fix (it is never
+    modified).
 
     Args:
-        data (Data or str): the graph: a :class:`~torch_geometric.data.Data` with ``x``,
-            ``edge_index``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``; a path to
-            a file written with ``torch.save(data, path)``; a bundled dataset name
-            (``"cora"``); or ``"pyg:<Class>:<root>[:<name>]"`` for a PyG dataset folder with its
-            raw files (see :func:`~lightning_halo.data.pyg_datasets.load_pyg_dataset`).
-            (default: ``"cora"``)
+        data (Data or str): the graph or a partition directory: a
+            :class:`~torch_geometric.data.Data` with ``x``, ``edge_index``, ``y`` and
+            ``train_mask`` / ``val_mask`` / ``test_mask``; a path to ``torch.save(data, path)``
+            (read memory-mapped); a graph directory of ``.npy`` files (see
+            :mod:`lightning_halo.data.sources`); a bundled dataset name (``"cora"``);
+            ``"pyg:<Class>:<root>[:<name>]"`` for a PyG dataset folder with its raw files; or a
+            partition directory. (default: ``"cora"``)
         num_parts (int, optional): number of parts; must equal the world size. Defaults to
-            the world size.
+            the world size (or, for a partition directory, its part count).
         partitioner (str, optional): ``"metis"`` or ``"random"``. (default: ``"metis"``)
         balance (str, optional): METIS balances ``"nodes"`` or ``"edges"`` per part.
             (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
         cache_dir (str, optional): partition cache root. Defaults to
             ``$LIGHTNING_HALO_CACHE`` or ``~/.cache/lightning_halo``.
+
+    With a partition directory, ``partitioner``, ``balance`` and ``seed`` are those it was
+    written with (its manifest), and ``cache_dir`` is unused.
 
     Example:
         >>> dm = HaloDataModule("cora")
@@ -142,29 +134,28 @@ class HaloDataModule(pl.LightningDataModule):
         self,
         data: Union[str, Data] = "cora",
         num_parts: Optional[int] = None,
-        partitioner: Literal["metis", "random"] = "metis",
-        balance: Literal["nodes", "edges"] = "nodes",
+        partitioner: Partitioner = "metis",
+        balance: Balance = "nodes",
         seed: int = 0,
         cache_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
-        if partitioner not in ("metis", "random"):
-            raise ValueError(f"unknown partitioner {partitioner!r}; choose 'metis' or 'random'")
-        if balance not in ("nodes", "edges"):
-            raise ValueError(f"unknown balance {balance!r}; choose 'nodes' or 'edges'")
-        if num_parts is not None and (not isinstance(num_parts, int) or num_parts < 1):
-            raise ValueError(f"num_parts must be a positive integer or None, got {num_parts!r}")
-        self._source = data
+        check_options(partitioner, balance, num_parts)
         self.num_parts = num_parts
         self.partitioner = partitioner
         self.balance = balance
         self.seed = seed
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self._data: Optional[Data] = data if isinstance(data, Data) else None
-        self._validated = False
-        self._fingerprint: Optional[str] = None
-        self._num_features: Optional[int] = None
-        self._num_classes: Optional[int] = None
+        self._source: Union[InMemorySource, PathSource, PartitionDirectory]
+        if isinstance(data, Data):
+            self._source = InMemorySource(data)
+        elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
+            self._source = PartitionDirectory(data)
+        elif isinstance(data, (str, os.PathLike)):
+            self._source = PathSource(data, self.cache_dir)
+        else:
+            load_graph(data)  # raises the explanation
+        self._data: Optional[Data] = None
         self.partition: Optional[HaloPartition] = None
         self.stats: Optional[dict[str, Any]] = None
         self._logged_key: Optional[str] = None
@@ -172,29 +163,30 @@ class HaloDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ graph access
     @property
     def data(self) -> Data:
-        """The whole graph (loaded and validated on first access)."""
-        if self._data is None or not self._validated:
-            self._data = load_graph(self._source if self._data is None else self._data)
-            self._validated = True
-            self._num_features = int(self._data.x.size(1))
-            self._num_classes = infer_num_classes(self._data.y)
+        """The whole graph, loaded and validated on first access (not available for a partition directory)."""
+        if isinstance(self._source, PartitionDirectory):
+            raise ValueError(
+                f"{self._source.dir} is a partition directory: it holds each rank's part, not the whole graph. "
+                "Use dm.partitions() or load the original graph with lightning_halo.load_graph."
+            )
+        if self._data is None:
+            self._data = self._source.graph()
         return self._data
+
+    def _facts(self) -> dict[str, Any]:
+        if isinstance(self._source, PartitionDirectory):
+            return self._source.read_meta()["graph"]
+        return self._source.facts()
 
     @property
     def num_features(self) -> int:
-        """Input feature dimension, available before ``setup``."""
-        if self._num_features is None:
-            _ = self.data
-        assert self._num_features is not None
-        return self._num_features
+        """Input feature dimension, available before ``setup`` (from the manifest, never the whole graph)."""
+        return int(self._facts()["num_features"])
 
     @property
     def num_classes(self) -> int:
         """Number of classes (``y.max() + 1``, or ``y.size(1)`` for 2-D targets), available before ``setup``."""
-        if self._num_classes is None:
-            _ = self.data
-        assert self._num_classes is not None
-        return self._num_classes
+        return int(self._facts()["num_classes"])
 
     # ------------------------------------------------------------------ partitioning
     def _world(self) -> tuple[int, int]:
@@ -211,117 +203,109 @@ class HaloDataModule(pl.LightningDataModule):
                 f"(devices x num_nodes); each process owns one part, so they must be equal. "
                 f"Leave num_parts unset to follow the Trainer, or launch {num_parts} processes."
             )
-        n = self._num_nodes()
-        if num_parts > n:
-            raise ValueError(
-                f"num_parts={num_parts} exceeds the graph's {n} nodes: every part needs at least one node. "
-                f"Use at most {n} processes."
-            )
+        check_num_parts(num_parts, int(self._facts()["num_nodes"]))
         return num_parts
 
-    def _num_nodes(self) -> int:
-        return int(self.data.x.size(0))
-
-    def _cache(self, num_parts: int) -> PartitionCache:
-        if self._fingerprint is None:
-            self._fingerprint = graph_fingerprint(self.data)
+    def cache_for(self, num_parts: int) -> PartitionDirectory:
+        """Where the partitioning into ``num_parts`` lives: its cache entry, or the partition directory itself."""
+        if isinstance(self._source, PartitionDirectory):
+            check_world_size(self._source.dir, self._source.read_meta(), num_parts)
+            return self._source
         key = cache_key(
-            self._fingerprint, num_parts=num_parts, partitioner=self.partitioner, balance=self.balance, seed=self.seed
+            self._facts()["fingerprint"], num_parts=num_parts, partitioner=self.partitioner, balance=self.balance, seed=self.seed
         )
         return PartitionCache(self.cache_dir, key)
 
+    def build(self, num_parts: Optional[int] = None, on_phase: Any = None) -> dict[str, Any]:
+        """Partition into the cache unless it is there already; return the manifest.
+
+        Args:
+            num_parts (int, optional): defaults to ``num_parts`` (or the partition
+                directory's part count, or 1).
+            on_phase (callable, optional): passed to the writer (see
+                :func:`~lightning_halo.data.partition_dir.write_partition_dir`).
+        """
+        num_parts = num_parts or self.num_parts or self._default_parts()
+        store = self.cache_for(num_parts)
+        if isinstance(store, PartitionCache) and not store.is_complete():
+            check_num_parts(num_parts, int(self._facts()["num_nodes"]))
+            return self._write(store, num_parts, on_phase)
+        return store.read_meta()
+
+    def _write(self, store: PartitionCache, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
+        assert not isinstance(self._source, PartitionDirectory)  # a partition directory is never rewritten
+        return store.write(
+            self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
+            partitioner=self.partitioner, balance=self.balance, seed=self.seed,
+        )  # fmt: skip
+
+    def _default_parts(self) -> int:
+        if isinstance(self._source, PartitionDirectory):
+            return int(self._source.read_meta()["num_parts"])
+        return 1
+
     def partitions(self, num_parts: Optional[int] = None) -> list[HaloPartition]:
         """Compute (or load from the cache) all partitions, e.g. for inspection; not used in training."""
-        num_parts = num_parts or self.num_parts or 1
-        self._resolve_num_parts(num_parts)
-        cache = self._cache(num_parts)
-        if not cache.is_complete():
-            self._build(cache, num_parts)
-        return [cache.load_part(p) for p in range(num_parts)]
-
-    def _build(self, cache: PartitionCache, num_parts: int) -> dict[str, Any]:
-        data = self.data
-        parts = partition_graph(
-            data.edge_index,
-            data.num_nodes,
-            num_parts,
-            partitioner=self.partitioner,
-            seed=self.seed,
-            balance=self.balance,
-        )
-        partitions = build_halo_partitions(data, parts, num_parts)
-        meta = {
-            "num_parts": num_parts,
-            "partitioner": self.partitioner,
-            "balance": self.balance,
-            "seed": self.seed,
-            "graph_fingerprint": self._fingerprint,
-            "num_features": self.num_features,
-            "num_classes": self.num_classes,
-            "stats": partition_stats(partitions),
-        }
-        cache.write(partitions, meta)
-        return meta
+        num_parts = num_parts or self.num_parts or self._default_parts()
+        manifest = self.build(num_parts)
+        store = self.cache_for(num_parts)
+        return [store.load_part(p) for p in range(int(manifest["num_parts"]))]
 
     @override
     def prepare_data(self) -> None:
-        """Partition and cache (runs on one process per node while the other ranks wait).
+        """Partition into the cache (runs on one process per node while the other ranks wait).
 
         Errors are not raised here: only this process would stop, leaving its peers waiting in
         Lightning's next barrier. ``setup`` (run by every rank) meets the same error and raises
-        it everywhere.
+        it everywhere. Nothing to do for a partition directory.
         """
+        if isinstance(self._source, PartitionDirectory):
+            return
         world_size, _ = self._world()
         try:
-            num_parts = self._resolve_num_parts(world_size)
-            cache = self._cache(num_parts)
-            if cache.is_complete():
-                log.info("lightning-halo: reusing cached partition %s", cache.dir)
-                return
-            self._build(cache, num_parts)
+            self.build(self._resolve_num_parts(world_size))
         except Exception as err:  # noqa: BLE001 - re-raised by setup() on every rank
             log.warning("lightning-halo: partitioning failed in prepare_data (%s); setup() will report it", err)
 
     @override
     def setup(self, stage: str) -> None:
-        """Load this rank's partition (verified against the cache's hashes) onto its device."""
+        """Load this rank's partition (checked against the manifest) onto its device."""
         world_size, rank = self._world()
-        num_parts = self._resolve_num_parts(world_size)
-        cache = self._cache(num_parts)
-        if not cache.is_complete():  # e.g. setup() called without prepare_data()
-            self._build(cache, num_parts)
+        if isinstance(self._source, PartitionDirectory):
+            store: PartitionDirectory = self.cache_for(world_size)
+            if self.num_parts is not None:
+                self._resolve_num_parts(world_size)
+        else:
+            store = self.cache_for(self._resolve_num_parts(world_size))
+            if not store.is_complete():  # setup() without prepare_data(), or a damaged entry
+                if (store.dir / MANIFEST).exists():
+                    _warn_rebuild(store, rank, "incomplete (a part file is missing or truncated)")
+                self.build(world_size)
+        failure: Optional[Exception] = None
         try:
-            part = cache.load_part(rank)
-        except CacheCorruptError as err:
-            rank_zero_warn(f"lightning-halo: partition cache is corrupt ({err}); rebuilding it.")
-            warnings.warn(f"rank {rank}: partition cache corrupt ({err}); rebuilding", stacklevel=2)
-            self._build(cache, num_parts)
-            part = cache.load_part(rank)
-        meta = cache.read_meta()
-        self.stats = meta["stats"]
+            part = store.load_part(rank)
+        except PartitionFileError as err:
+            if isinstance(store, PartitionCache):  # derived data: rebuild it
+                _warn_rebuild(store, rank, f"corrupt ({err})")
+                self._write(store, world_size)
+                part = store.load_part(rank)
+            else:  # the user's directory: never modified; the message says how to repair it
+                failure = err
+        _raise_everywhere(failure, world_size)
+        manifest = store.read_meta()
+        self.stats = manifest["stats"]
         device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         self.partition = part.to(device)
-        self._log_stats(meta)
-        if not isinstance(self._source, Data):
-            self._data = None  # the full graph is no longer needed on this rank; reload lazily if asked
-            self._validated = False
+        self._log_stats(manifest, store)
+        self._data = None  # the whole graph is not needed on this rank; reloaded only if asked for
 
-    def _log_stats(self, meta: dict[str, Any]) -> None:
-        if self._logged_key == meta["key"]:
+    def _log_stats(self, manifest: dict[str, Any], store: PartitionDirectory) -> None:
+        if self._logged_key == manifest["key"]:
             return  # once per partitioning, not again for validate/test/predict
-        self._logged_key = meta["key"]
-        stats = meta["stats"]
-        lines = [
-            f"lightning-halo partition ({meta['partitioner']}, {stats['num_parts']} parts, cache {self._cache(stats['num_parts']).dir}):",
-            f"  edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}, balance {stats['balance']:.3f}, "
-            f"replication {stats['replication']:.3f}",
-        ]
-        for p in range(stats["num_parts"]):
-            lines.append(
-                f"  rank {p}: owns {stats['nodes'][p]} nodes, {stats['edges'][p]} in-edges, "
-                f"{stats['halo_nodes'][p]} halo nodes, sends {stats['send_rows'][p]} rows"
-            )
-        rank_zero_info("\n".join(lines))
+        self._logged_key = manifest["key"]
+        stats = manifest["stats"]
+        title = f"lightning-halo partition ({manifest['partitioner']}, {stats['num_parts']} parts, {store.dir})"
+        rank_zero_info("\n".join(format_stats(stats, title)))
         trainer = self.trainer
         if trainer is not None and trainer.logger is not None and trainer.global_rank == 0:
             trainer.logger.log_metrics(

@@ -15,6 +15,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_halo.data.validation import GraphValidationError
+from lightning_halo.partition.options import MASK_KEYS
 
 PREFIX = "pyg:"
 
@@ -74,9 +75,8 @@ def _quietly(cls: type, *args: str) -> Any:
 
 
 def _normalise_masks(data: Data, split: int, seed: int) -> Data:
-    keys = ("train_mask", "val_mask", "test_mask")
-    if all(k in data for k in keys):
-        for k in keys:
+    if all(k in data for k in MASK_KEYS):
+        for k in MASK_KEYS:
             if data[k].dim() == 2:
                 if not 0 <= split < data[k].size(1):
                     raise GraphValidationError(f"split={split} but the dataset has {data[k].size(1)} splits")
@@ -86,7 +86,7 @@ def _normalise_masks(data: Data, split: int, seed: int) -> Data:
     perm = labelled[torch.randperm(labelled.numel(), generator=torch.Generator().manual_seed(seed))]
     n = perm.numel()
     cut1, cut2 = n // 2, (3 * n) // 4
-    for key, idx in zip(keys, (perm[:cut1], perm[cut1:cut2], perm[cut2:])):
+    for key, idx in zip(MASK_KEYS, (perm[:cut1], perm[cut1:cut2], perm[cut2:])):
         mask = torch.zeros(data.num_nodes, dtype=torch.bool)
         mask[idx] = True
         data[key] = mask

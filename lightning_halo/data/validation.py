@@ -6,7 +6,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-REQUIRED_MASKS = ("train_mask", "val_mask", "test_mask")
+from lightning_halo.partition.chunks import iter_rows
+from lightning_halo.partition.options import MASK_KEYS
 
 
 class GraphValidationError(ValueError):
@@ -20,7 +21,8 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     (finite), an integer ``edge_index`` ``[2, E]`` with ids in ``[0, N)``, ``y`` with ``N``
     rows, and boolean ``train_mask`` / ``val_mask`` / ``test_mask`` of length ``N``.
     ``edge_index`` is converted to ``int64`` (int32 input would overflow past
-    :math:`2^{31}` edges downstream); nothing else is modified.
+    :math:`2^{31}` edges downstream); nothing else is modified. The value checks read ``x``
+    and ``edge_index`` a window at a time, so memory-mapped tensors are never held whole.
 
     Args:
         data (object): the candidate graph.
@@ -36,6 +38,14 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
         >>> validate_graph(Data(x=torch.ones(2, 1)))  # doctest: +SKIP
         GraphValidationError: the graph has no `edge_index` ...
     """
+    data = check_graph(data, source=source)
+    if data.edge_index.dtype != torch.long:
+        data.edge_index = data.edge_index.long()
+    return data
+
+
+def check_graph(data: object, *, source: str = "the graph") -> Data:
+    """The checks of :func:`validate_graph`, changing nothing (a memory-mapped graph stays as it is)."""
     if not isinstance(data, Data):
         raise GraphValidationError(
             f"{source} is a {type(data).__name__}, not a torch_geometric.data.Data; pass a Data "
@@ -57,12 +67,14 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
         raise GraphValidationError(
             f"{source}: data.num_nodes={data._store['num_nodes']} but x has {num_nodes} rows; they must agree."
         )
-    if not torch.isfinite(x).all():
-        bad = int(torch.nonzero(~torch.isfinite(x))[0, 0])
-        raise GraphValidationError(
-            f"{source}: `x` holds NaN or Inf (first at node {bad}); clean the features "
-            "(e.g. torch.nan_to_num) before training."
-        )
+    for start, rows in iter_rows(x):
+        finite = torch.isfinite(rows)
+        if not finite.all():
+            bad = start + int(torch.nonzero(~finite)[0, 0])
+            raise GraphValidationError(
+                f"{source}: `x` holds NaN or Inf (first at node {bad}); clean the features "
+                "(e.g. torch.nan_to_num) before training."
+            )
 
     ei = data.get("edge_index")
     if not isinstance(ei, Tensor):
@@ -79,14 +91,14 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     if ei.dtype.is_floating_point or ei.dtype == torch.bool or ei.dtype.is_complex:
         raise GraphValidationError(f"{source}: `edge_index` must be an integer tensor, got {ei.dtype}; use .long().")
     if ei.numel():
-        lo, hi = int(ei.min()), int(ei.max())
+        lo, hi = num_nodes, -1
+        for _, rows in _edge_windows(ei):
+            lo, hi = min(lo, int(rows.min())), max(hi, int(rows.max()))
         if lo < 0 or hi >= num_nodes:
             raise GraphValidationError(
                 f"{source}: `edge_index` refers to node {lo if lo < 0 else hi}, outside [0, {num_nodes}) "
                 f"(num_nodes is taken from x: {num_nodes} rows). Fix the edge list or x."
             )
-    if ei.dtype != torch.long:
-        data.edge_index = ei.long()
 
     y = data.get("y")
     if not isinstance(y, Tensor):
@@ -97,7 +109,7 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
             "node-level labels are required."
         )
 
-    for key in REQUIRED_MASKS:
+    for key in MASK_KEYS:
         mask = data.get(key)
         if not isinstance(mask, Tensor):
             raise GraphValidationError(
@@ -119,6 +131,11 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
                 f"{source}: `{key}` has shape {tuple(mask.shape)} but must be [{num_nodes}] (one entry per node){hint}"
             )
     return data
+
+
+def _edge_windows(ei: Tensor):  # noqa: ANN202
+    for row in ei:  # sources, then targets
+        yield from iter_rows(row)
 
 
 def infer_num_classes(y: Tensor) -> int:

@@ -2,46 +2,89 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
-Partitioner = Literal["metis", "random"]
-Balance = Literal["nodes", "edges"]
+from lightning_halo.partition.chunks import CHUNK_BYTES, iter_edges, trim_heap
+from lightning_halo.partition.options import Balance, Partitioner, check_balance, check_num_parts, check_partitioner
 
 
-def symmetric_csr(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def symmetric_csr(edge_index: Tensor, num_nodes: int, chunk_edges: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     r"""CSR adjacency of the symmetrised graph without self-loops or duplicate edges.
 
     METIS requires exactly this input (an asymmetric adjacency or a self-loop can crash it),
     and a directed GNN edge set still needs both endpoints in one part to avoid traffic.
 
+    Built in bounded memory, so that partitioning needs the structure and nothing more: the
+    edges are read in windows (a memory-mapped ``edge_index`` is never held whole), a
+    counting pass sizes the rows, a second pass places both directions of every edge, and
+    each block of rows is then sorted and de-duplicated in place. Peak: ``8 (4N + 2E)``
+    bytes (the rows with their duplicates) plus the temporaries of one window (about ten
+    times the window).
+
     Args:
-        edge_index (Tensor): ``[2, E]`` integer edge list (any direction, duplicates allowed).
+        edge_index (Tensor): ``[2, E]`` integer edge list (any direction, duplicates allowed;
+            may be memory-mapped).
         num_nodes (int): number of nodes :math:`N`.
+        chunk_edges (int, optional): edges per window. (default: 1M)
 
     Returns:
         ``(xadj, adjncy)`` as contiguous ``int64`` numpy arrays of lengths ``N + 1`` and
-        ``2 * |E_undirected|``.
+        ``2 * |E_undirected|``; every row sorted.
 
     Example:
         >>> xadj, adjncy = symmetric_csr(torch.tensor([[0, 1], [1, 2]]), 3)
         >>> xadj.tolist(), adjncy.tolist()
         ([0, 1, 3, 4], [1, 0, 2, 1])
     """
-    src, dst = edge_index[0].long(), edge_index[1].long()
-    both_src = torch.cat([src, dst])
-    both_dst = torch.cat([dst, src])
-    keep = both_src != both_dst
-    # One int64 key per directed pair: N < 2**31.5 keeps N*N within int64.
-    key = torch.unique(both_src[keep] * num_nodes + both_dst[keep])  # sorted
-    rows = torch.div(key, num_nodes, rounding_mode="floor")
-    cols = key - rows * num_nodes
+    step = chunk_edges or CHUNK_BYTES // 16
+
+    def both_directions():
+        for _, src, dst in iter_edges(edge_index, step):
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            yield torch.cat([src, dst]), torch.cat([dst, src])
+
+    deg = torch.zeros(num_nodes, dtype=torch.long)
+    for rows, _ in both_directions():
+        deg += torch.bincount(rows, minlength=num_nodes)
+    ptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    torch.cumsum(deg, 0, out=ptr[1:])
+    buf = np.empty(int(ptr[-1]), dtype=np.int64)  # both directions, duplicates still in
+    adj = torch.from_numpy(buf)
+    fill = ptr[:-1].clone()
+    for rows, cols in both_directions():
+        rows, order = torch.sort(rows, stable=True)
+        uniq, counts = torch.unique_consecutive(rows, return_counts=True)
+        first = torch.cumsum(counts, 0) - counts
+        within = torch.arange(rows.numel()) - torch.repeat_interleave(first, counts)
+        adj[fill[rows] + within] = cols[order]
+        fill[uniq] += counts
+    del fill
+    # Sort and de-duplicate block after block of rows, compacting to the left in place
+    # (a block's output never reaches past its input, which was copied out first).
     xadj = torch.zeros(num_nodes + 1, dtype=torch.long)
-    xadj[1:] = torch.cumsum(torch.bincount(rows, minlength=num_nodes), 0)
-    return np.ascontiguousarray(xadj.numpy()), np.ascontiguousarray(cols.numpy())
+    write, a = 0, 0
+    while a < num_nodes:
+        b = max(a + 1, int(torch.searchsorted(ptr, ptr[a] + 2 * step, right=True)) - 1)
+        b = min(b, num_nodes)
+        seg = adj[int(ptr[a]) : int(ptr[b])]
+        row = torch.repeat_interleave(torch.arange(a, b), deg[a:b])
+        key = torch.unique(row * num_nodes + seg)  # sorted
+        row = torch.div(key, num_nodes, rounding_mode="floor")
+        adj[write : write + key.numel()] = key - row * num_nodes
+        xadj[a + 1 : b + 1] = write + torch.cumsum(torch.bincount(row - a, minlength=b - a), 0)
+        write += key.numel()
+        a = b
+    del adj, seg
+    try:  # give the duplicates' tail back (realloc shrinks in place)
+        buf.resize(write)
+    except ValueError:  # still referenced elsewhere: copy instead
+        buf = buf[:write].copy()
+    return np.ascontiguousarray(xadj.numpy()), buf
 
 
 def partition_graph(
@@ -63,7 +106,8 @@ def partition_graph(
     empty on a tiny graph takes one node from the largest part).
 
     Args:
-        edge_index (Tensor): ``[2, E]`` edges, source to target.
+        edge_index (Tensor): ``[2, E]`` edges, source to target (may be memory-mapped: it is
+            read in windows).
         num_nodes (int): number of nodes :math:`N`.
         num_parts (int): number of parts :math:`P`, ``1 <= P <= N``.
         partitioner (str, optional): ``"metis"`` or ``"random"``. (default: ``"metis"``)
@@ -79,17 +123,9 @@ def partition_graph(
         >>> partition_graph(ei, 4, 2).bincount().tolist()
         [2, 2]
     """
-    if not isinstance(num_parts, int) or num_parts < 1:
-        raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
-    if num_parts > num_nodes:
-        raise ValueError(
-            f"num_parts={num_parts} exceeds the number of nodes ({num_nodes}): every part needs at "
-            f"least one node. Use at most {num_nodes} processes for this graph."
-        )
-    if partitioner not in ("metis", "random"):
-        raise ValueError(f"unknown partitioner {partitioner!r}; choose 'metis' or 'random'")
-    if balance not in ("nodes", "edges"):
-        raise ValueError(f"unknown balance {balance!r}; choose 'nodes' or 'edges'")
+    check_num_parts(num_parts, num_nodes)
+    check_partitioner(partitioner)
+    check_balance(balance)
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)
 
@@ -103,9 +139,12 @@ def partition_graph(
     import pymetis
 
     xadj, adjncy = symmetric_csr(edge_index, num_nodes)
+    trim_heap()  # the CSR build's freed windows: not to be counted again while METIS runs
     vweights = None
     if balance == "edges":
-        indeg = torch.bincount(edge_index[1].long(), minlength=num_nodes)
+        indeg = torch.zeros(num_nodes, dtype=torch.long)
+        for _, _, dst in iter_edges(edge_index):
+            indeg += torch.bincount(dst, minlength=num_nodes)
         vweights = np.ascontiguousarray((1 + indeg).numpy())
     if adjncy.size == 0:
         # METIS rejects a graph without edges; any balanced split has zero cut.

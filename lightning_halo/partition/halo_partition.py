@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightning_halo.partition.chunks import CHUNK_BYTES, release_pages, windows
+
 #: Keys that describe the partition itself rather than the user's graph.
 PLAN_KEYS = (
     "global_id",
@@ -26,12 +28,25 @@ PLAN_KEYS = (
 )
 
 
+def hash_header(h: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """Feed what :func:`hash_tensor` hashes before the bytes (so a tensor can be hashed in pieces)."""
+    h.update(f"{dtype}{tuple(shape)}".encode())
+
+
 def hash_tensor(h: Any, t: Tensor) -> None:
-    """Feed a tensor's dtype, shape and bytes into the hashlib object ``h`` (exact, any device)."""
+    """Feed a tensor's dtype, shape and bytes into the hashlib object ``h`` (exact, any device).
+
+    The bytes are hashed in place, a window at a time (a memory-mapped tensor's pages are
+    released as it goes), so hashing needs no copy of the tensor.
+    """
     t = t.detach().cpu().contiguous()
-    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    hash_header(h, t.dtype, tuple(t.shape))
     if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        flat = t.reshape(-1).view(torch.uint8)
+        for start, stop in windows(flat.numel(), CHUNK_BYTES):
+            piece = flat[start:stop]
+            h.update(piece.numpy())
+            release_pages(piece)
 
 
 def tensor_digest(t: Tensor) -> str:
@@ -84,7 +99,9 @@ class HaloPartition(Data):
             (built by :func:`~lightning_halo.build_halo_partitions`, not by hand).
 
     Example:
-        >>> part = HaloDataModule("cora", num_parts=2).partitions()[0]  # doctest: +SKIP
+        >>> from lightning_halo import build_halo_partitions, load_graph, partition_graph
+        >>> data = load_graph("cora")
+        >>> part = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2), 2)[0]
         >>> part.x.shape[0] == part.n_inner
         True
     """

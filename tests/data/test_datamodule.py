@@ -30,9 +30,11 @@ def _dm(tmp_path, data=None, world_size: int = 2, rank: int = 0, **kw) -> HaloDa
     return dm
 
 
-def test_num_features_and_classes_before_setup() -> None:
-    dm = HaloDataModule("cora")
+def test_num_features_and_classes_before_setup(tmp_path) -> None:
+    dm = HaloDataModule("cora", cache_dir=str(tmp_path))
     assert (dm.num_features, dm.num_classes) == (1433, 7)
+    (stored,) = (tmp_path / "sources").glob("*.json")  # for the other ranks: no graph to load
+    assert json.loads(stored.read_text())["facts"]["num_features"] == 1433
 
 
 def test_each_rank_gets_its_part_and_one_batch(tmp_path) -> None:
@@ -56,10 +58,10 @@ def test_partition_is_cached_and_reused(tmp_path) -> None:
     dm.prepare_data()
     dirs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     assert len(dirs) == 1
-    meta = json.loads((dirs[0] / "meta.json").read_text())
-    mtime = os.path.getmtime(dirs[0] / "meta.json")
+    meta = json.loads((dirs[0] / "manifest.json").read_text())
+    mtime = os.path.getmtime(dirs[0] / "manifest.json")
     _dm(tmp_path).prepare_data()
-    assert os.path.getmtime(dirs[0] / "meta.json") == mtime, "second prepare_data must reuse the cache"
+    assert os.path.getmtime(dirs[0] / "manifest.json") == mtime, "second prepare_data must reuse the cache"
     assert meta["num_parts"] == 2 and meta["stats"]["num_parts"] == 2
     # a different parameter gives a different cache entry
     _dm(tmp_path, partitioner="random").prepare_data()
@@ -106,7 +108,7 @@ def test_num_parts_larger_than_graph(tmp_path) -> None:
         test_mask=torch.ones(2, dtype=torch.bool),
     )
     dm = _dm(tmp_path, tiny, world_size=3)
-    with pytest.raises(ValueError, match="exceeds the graph's 2 nodes"):
+    with pytest.raises(ValueError, match="exceeds the number of nodes \\(2\\)"):
         dm.setup("fit")
 
 

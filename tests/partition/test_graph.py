@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -78,3 +79,30 @@ def test_graph_without_edges() -> None:
 def test_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         partition_graph(torch.tensor([[0], [1]]), 10, **kwargs)
+
+
+def _reference_csr(edge_index: torch.Tensor, n: int) -> tuple[list[int], list[int]]:
+    """The plain definition: sorted unique (row, col) keys of both directions, self-loops dropped."""
+    src, dst = edge_index.long()
+    keep = src != dst
+    key = torch.unique(torch.cat([src[keep] * n + dst[keep], dst[keep] * n + src[keep]]))
+    rows = torch.div(key, n, rounding_mode="floor")
+    xadj = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(rows, minlength=n), 0)])
+    return xadj.tolist(), (key - rows * n).tolist()
+
+
+@pytest.mark.parametrize(("n", "e", "chunk"), [(10, 40, 3), (200, 3000, 17), (1000, 20000, 999), (50, 400, 1), (7, 0, 2)])
+def test_symmetric_csr_in_windows_equals_the_definition(n: int, e: int, chunk: int) -> None:
+    ei = torch.randint(0, n, (2, e), generator=torch.Generator().manual_seed(n + e))
+    xadj, adjncy = symmetric_csr(ei, n, chunk_edges=chunk)
+    assert (xadj.tolist(), adjncy.tolist()) == _reference_csr(ei, n)
+    assert xadj.dtype == adjncy.dtype == np.int64 and adjncy.flags.c_contiguous
+
+
+def test_partition_graph_reads_a_memory_mapped_edge_list(tmp_path) -> None:
+    data = cora()
+    np.save(tmp_path / "ei.npy", data.edge_index.int().numpy())  # int32 on disk, as a graph directory may hold
+    mapped = torch.from_numpy(np.load(tmp_path / "ei.npy", mmap_mode="c"))
+    for balance in ("nodes", "edges"):
+        assert torch.equal(partition_graph(mapped, data.num_nodes, 4, balance=balance),
+                           partition_graph(data.edge_index, data.num_nodes, 4, balance=balance))  # fmt: skip

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
+from lightning_halo.partition.halo import format_stats, plan_halos
 from tests.support.graphs import awkward_graph, cora
 
 
@@ -111,3 +112,25 @@ def test_generated_graph_has_the_awkward_cases() -> None:
     touched = torch.zeros(data.num_nodes, dtype=torch.bool)
     touched[src] = touched[dst] = True
     assert not bool(touched.all()), "isolated nodes"
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_plan_is_the_same_whatever_the_window(chunk: int) -> None:
+    data = awkward_graph(3)
+    parts = partition_graph(data.edge_index, data.num_nodes, 3)
+    whole, windowed = plan_halos(data.edge_index, parts, 3), plan_halos(data.edge_index, parts, 3, chunk_edges=chunk)
+    for p in range(3):
+        assert torch.equal(whole.halos[p], windowed.halos[p])
+        assert torch.equal(whole.send_index(p), windowed.send_index(p))
+    assert whole.edge_counts == windowed.edge_counts == torch.bincount(parts[data.edge_index[1]], minlength=3).tolist()
+
+
+def test_format_stats_lists_every_part() -> None:
+    data = cora()
+    stats = partition_stats(build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 3), 3))
+    lines = format_stats(stats, "metis, 3 parts")
+    assert lines[0].startswith(f"metis, 3 parts: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}")
+    assert [line.split() for line in lines[2:]] == [
+        [str(p), str(stats["nodes"][p]), str(stats["edges"][p]), str(stats["halo_nodes"][p]), str(stats["send_rows"][p])]
+        for p in range(3)
+    ]

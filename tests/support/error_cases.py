@@ -83,6 +83,76 @@ def _sparse_adjacency(**kwargs) -> object:
     return sparse_adjacency(good_graph(), **kwargs)
 
 
+def _in_scratch(fn: Callable[[], object]) -> Callable[[], object]:
+    """Run ``fn`` inside a fresh temporary working directory (relative paths keep messages stable)."""
+
+    def run() -> object:
+        import os
+        import tempfile
+
+        here = os.getcwd()
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chdir(tmp)
+            try:
+                return fn()
+            finally:
+                os.chdir(here)
+
+    return run
+
+
+def _damaged_partition_dir(damage: str) -> object:
+    from pathlib import Path
+
+    from lightning_halo.data import PartitionDirectory
+    from lightning_halo.data.offline import partition_to_dir
+
+    partition_to_dir(good_graph(), "parts", 2)
+    part = Path("parts/part_1.pt")
+    if damage == "missing":
+        part.unlink()
+    elif damage == "truncated":
+        part.write_bytes(part.read_bytes()[:-8])
+    else:  # same size, other bytes
+        raw = bytearray(part.read_bytes())
+        raw[-100] ^= 0xFF
+        part.write_bytes(bytes(raw))
+    return PartitionDirectory("parts").load_part(1)
+
+
+def _partition_dir_for_three() -> object:
+    from lightning_halo import HaloDataModule
+    from lightning_halo.data.offline import partition_to_dir
+
+    partition_to_dir(good_graph(), "parts", 3)
+    return HaloDataModule("parts").cache_for(2)  # what setup() asks for with 2 processes
+
+
+def _graph_dir(mutate: str) -> object:
+    from pathlib import Path
+
+    import numpy as np
+
+    from lightning_halo.data import load_npy_graph, save_npy_graph
+
+    save_npy_graph(good_graph(), "graph")
+    if mutate == "short x":
+        np.save("graph/x.npy", np.zeros((5, 3), dtype=np.float32))
+    else:
+        Path("graph/x.npy").unlink()
+    return load_npy_graph("graph")
+
+
+def _busy_out_dir() -> object:
+    from pathlib import Path
+
+    from lightning_halo.data.offline import partition_to_dir
+
+    Path("parts").mkdir()
+    Path("parts/notes.txt").write_text("mine")
+    return partition_to_dir(good_graph(), "parts", 2)
+
+
 def _sparse_strict() -> object:
     from torch import nn
     from torch_geometric.nn import GATConv
@@ -154,6 +224,18 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("sync_every outside pipelined mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' only"),
         ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
          "halo fwd rows of layer 'conv2' on rank 1"),  # fmt: skip
+        ("partition directory: a part file is missing", _in_scratch(lambda: _damaged_partition_dir("missing")),
+         "parts/part_1.pt is missing"),  # fmt: skip
+        ("partition directory: a part file is truncated", _in_scratch(lambda: _damaged_partition_dir("truncated")),
+         "truncated or an incomplete copy"),  # fmt: skip
+        ("partition directory: a part file changed after partitioning", _in_scratch(lambda: _damaged_partition_dir("changed")),
+         "it changed after partitioning"),  # fmt: skip
+        ("partition directory for another number of processes", _in_scratch(_partition_dir_for_three),
+         "holds 3 parts but the Trainer runs 2 processes"),  # fmt: skip
+        ("graph directory: a feature array of the wrong length", _in_scratch(lambda: _graph_dir("short x")),
+         "y.npy has 6 rows but x.npy has 5"),  # fmt: skip
+        ("graph directory without x.npy", _in_scratch(lambda: _graph_dir("no x")), "has no x.npy"),
+        ("partition --out directory holds other files", _in_scratch(_busy_out_dir), "holds other files; choose a new --out"),
     ]
 
 
@@ -164,6 +246,7 @@ MULTIPROCESS_CASES = [
     ("layer called with the wrong number of rows", "ValueError", "got x with 10 rows, but this rank owns"),
     ("training_step returns None", "RuntimeError", "training_step returned None"),
     ("num_parts differs from the world size", "ValueError", "num_parts=3) but the Trainer runs 2 processes"),
+    ("one rank's part file is damaged (the others learn which)", "PartitionFileError", "rank 1 cannot load its partition: ..."),
     ("ranks partitioned different graphs", "ValueError", "the exchange plan disagrees with rank"),
     ("NaN in a rank's halo rows during training", "NonFiniteError", "non-finite value in halo fwd rows of layer 'conv2' on rank 1"),
     ("a peer process is killed", "HaloExchangeError", "halo exchange failed on rank 0 ... Connection reset by peer"),

@@ -1,0 +1,683 @@
+"""Memory benchmark: peak RSS of the partition step and of every training rank.
+
+    # a graph written to disk a window at a time (never whole in memory): 4M nodes, 64M edges, 128 features
+    python -m benchmarks.memory generate --out benchmarks/results/tmp/big --nodes 4000000 --degree 8 --features 128
+    # the partition step, one fresh process per part count: peak RSS of every phase, METIS time
+    python -m benchmarks.memory partition --graph benchmarks/results/tmp/big --parts 2 4 8 --label big
+    # train one epoch from each partition directory on 2/4/8 local ranks: peak RSS per rank
+    python -m benchmarks.memory train --label big --ranks 2 4 8
+    # a saved Data given by path (HaloDataModule partitions it in prepare_data), 4 ranks; --code runs another checkout
+    python -m benchmarks.memory file --graph benchmarks/results/tmp/sbm-1000000.pt --ranks 4 --label sbm
+    # where one rank's memory goes: its training step replayed step by step in one process
+    python -m benchmarks.memory breakdown --label sbm --ranks 2 --part 0
+    # every rank's step replayed in its own process, one after the other (when the ranks do not fit at once)
+    python -m benchmarks.memory replay --label big --ranks 2 4 8
+    # summary JSON, the curve (docs/img/memory-per-rank.png) and the section of docs/benchmarks.md
+    python -m benchmarks.memory report --page docs/benchmarks.md
+
+Every figure is read from ``/proc/self/status`` of the measured process: ``VmHWM`` (peak resident
+set, reset with ``/proc/self/clear_refs`` between phases) and, sampled every 20 ms, ``RssAnon`` /
+``RssFile`` (anonymous memory vs pages of mapped files). The *idle baseline* is the resident set
+of a rank after importing torch, Lightning, PyG and lightning_halo and building the model, before
+any data. Results: ``benchmarks/results/memory/<label>/*.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(os.environ.get("LIGHTNING_HALO_BENCH_RESULTS", ROOT / "benchmarks" / "results")) / "memory"
+TMP = RESULTS.parent / "tmp"  # graphs and partition directories (git-ignored)
+MB = 1 << 20
+#: lightning_halo.partition.options.MASK_KEYS, spelled out so that `generate` needs numpy only
+MASK_FILES = ("train_mask", "val_mask", "test_mask")
+
+
+# ---------------------------------------------------------------------------------------- /proc
+def status() -> dict[str, int]:
+    """``VmRSS``, ``VmHWM``, ``RssAnon``, ``RssFile``, ``RssShmem`` of this process, in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def reset_peak() -> None:
+    """Start a new ``VmHWM`` measurement (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+class Sampler:
+    """Samples ``/proc/self/status`` every ``interval`` s and keeps the composition at the largest RSS."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.at_peak: dict[str, int] = status()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            s = status()
+            if s["VmRSS"] > self.at_peak["VmRSS"]:
+                self.at_peak = s
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.at_peak
+
+
+# ---------------------------------------------------------------------------------------- generate
+def generate(out: Path, nodes: int, degree: int, features: int, classes: int, blocks: int, p_in: float, noise: float,
+             seed: int, chunk: int = 1 << 18) -> dict[str, Any]:  # fmt: skip
+    """The SBM of :func:`benchmarks.graphs.sbm`, written as a graph directory one window of nodes at a time.
+
+    Every node draws ``degree`` out-edges (to its own block with probability ``p_in``), and both
+    directions are stored, so ``E = 2 * nodes * degree``. Each window's arrays are written
+    with ``os.pwrite`` at their offsets in the ``.npy`` files: the process never holds more than
+    one window (its peak RSS is recorded).
+    """
+    import numpy as np
+
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    half = nodes * degree
+    size = nodes // blocks
+    means = rng.standard_normal((classes, features)).astype(np.float32)
+    perm = rng.permutation(nodes)
+    split = np.empty(nodes, dtype=np.int8)
+    split[perm[: nodes // 2]], split[perm[nodes // 2 : 3 * nodes // 4]], split[perm[3 * nodes // 4 :]] = 0, 1, 2
+    files = {
+        "edge_index": ((2, 2 * half), np.int64),
+        "x": ((nodes, features), np.float32),
+        "y": ((nodes,), np.int64),
+        "train_mask": ((nodes,), np.bool_),
+        "val_mask": ((nodes,), np.bool_),
+        "test_mask": ((nodes,), np.bool_),
+    }
+    fds, offsets = {}, {}
+    for name, (shape, dtype) in files.items():
+        mm = np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+        offsets[name] = mm.offset
+        del mm  # header written, the file sized (sparse); the data goes in with pwrite
+        fds[name] = os.open(out / f"{name}.npy", os.O_WRONLY)
+
+    def put(name: str, first_item: int, array: "np.ndarray") -> None:
+        buf = memoryview(np.ascontiguousarray(array)).cast("B")
+        pos = offsets[name] + first_item * array.itemsize
+        while buf:
+            n = os.pwrite(fds[name], buf, pos)
+            buf, pos = buf[n:], pos + n
+
+    t = time.perf_counter()
+    for a in range(0, nodes, chunk):
+        b = min(nodes, a + chunk)
+        src = np.repeat(np.arange(a, b, dtype=np.int64), degree)
+        block = src // size
+        local = rng.integers(0, size, src.size) + block * size
+        dst = np.where(rng.random(src.size) < p_in, np.minimum(local, nodes - 1), rng.integers(0, nodes, src.size))
+        first = a * degree
+        put("edge_index", first, src)  # row 0, first half: src -> dst
+        put("edge_index", 2 * half + first, dst)  # row 1
+        put("edge_index", half + first, dst)  # row 0, second half: dst -> src
+        put("edge_index", 3 * half + first, src)
+        y = (np.arange(a, b) // size % classes).astype(np.int64)
+        put("y", a, y)
+        put("x", a * features, means[y] + noise * rng.standard_normal((b - a, features), dtype=np.float32))
+        s = split[a:b]
+        for k, name in enumerate(MASK_FILES):
+            put(name, a, s == k)
+    for fd in fds.values():
+        os.fsync(fd)
+        os.close(fd)
+    info = {"nodes": nodes, "edges": 2 * half, "features": features, "classes": classes, "p_in": p_in,
+            "bytes": sum((out / f"{n}.npy").stat().st_size for n in files), "seconds": time.perf_counter() - t,
+            "peak_rss": status()["VmHWM"]}  # fmt: skip
+    (out / "generated.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+# ---------------------------------------------------------------------------------------- partition
+def partition_one(graph: str, parts: int, out: Path, structure: bool) -> dict[str, Any]:
+    """Run in a fresh process: ``partition_to_dir`` with the peak RSS of each of its phases."""
+    from lightning_halo.data.offline import partition_to_dir
+
+    idle = status()
+    phases: dict[str, dict[str, float]] = {}
+    current: list[str] = []
+    sampler = Sampler()
+
+    def on_phase(name: str) -> None:  # close the running phase, open the next
+        now, s = time.perf_counter(), status()
+        if current:
+            phases[current[0]].update(peak=s["VmHWM"], seconds=now - phases[current[0]]["t0"])
+            current.clear()
+        if name != "done":
+            reset_peak()
+            phases[name] = {"start_rss": status()["VmRSS"], "t0": now}
+            current.append(name)
+
+    shutil.rmtree(out, ignore_errors=True)
+    manifest = partition_to_dir(graph, out, parts, on_phase=on_phase)
+    at_peak = sampler.stop()
+    record: dict[str, Any] = {
+        "graph": graph, "parts": parts, "idle_rss": idle["VmRSS"], "phases": phases,
+        "peak_rss": max(p["peak"] for p in phases.values()), "at_peak": at_peak,
+        "timings": manifest["timings"], "stats": manifest["stats"], "graph_facts": manifest["graph"],
+        "part_bytes": [manifest["files"][f"part_{p}.pt"]["bytes"] for p in range(parts)],
+    }  # fmt: skip
+    if structure:  # the CSR METIS gets, measured on its own (after the run: not part of its peak)
+        from lightning_halo.data.sources import open_graph
+        from lightning_halo.partition.graph import symmetric_csr
+
+        data = open_graph(graph)
+        reset_peak()
+        before = status()["VmRSS"]
+        xadj, adjncy = symmetric_csr(data.edge_index, int(data.num_nodes))
+        record["csr_bytes"] = int(xadj.nbytes + adjncy.nbytes)
+        record["csr_build_peak_above_start"] = status()["VmHWM"] - before
+    return record
+
+
+def graph_bytes(graph: str) -> int:
+    p = Path(graph)
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.glob("*.npy"))
+
+
+def cmd_partition(a: argparse.Namespace) -> None:
+    for i, parts in enumerate(a.parts):
+        out = TMP / "memory" / a.label / f"parts-{parts}"
+        target = RESULTS / a.label / f"partition-{parts}.json"
+        cmd = [sys.executable, "-m", "benchmarks.memory", "_partition", "--graph", a.graph, "--parts", str(parts),
+               "--out", str(out), "--result", str(target)] + (["--structure"] if i == 0 else [])  # fmt: skip
+        _run(cmd)
+        rec = json.loads(target.read_text())
+        peaks = ", ".join(f"{k} {v['peak'] / MB:.0f}" for k, v in rec["phases"].items())
+        print(f"{a.label} P={parts}: partition peak {rec['peak_rss'] / MB:.0f} MB ({peaks}), "
+              f"METIS {rec['timings']['metis_s']:.1f} s", flush=True)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- train
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(args: list[str], world: int, timeout: float, code: Optional[str] = None) -> None:
+    """This script with ``args`` as ``world`` local ranks (env rendezvous, as torchrun)."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0", GROUP_RANK="0",
+                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [code, str(ROOT)])))  # fmt: skip
+        env.pop("SLURM_NTASKS", None)
+        # by path, not -m: sys.path[0] is then benchmarks/, so `code` (if given) supplies lightning_halo
+        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], env=env, cwd=ROOT))
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+            time.sleep(3)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.5)
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"ranks failed: exit codes {codes}")
+
+
+def rank_main(a: argparse.Namespace) -> None:
+    """One training rank: phases ``load`` (prepare_data, setup, strategy setup) and ``train``."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import lightning as L
+    import torch
+
+    import lightning_halo
+    from lightning_halo import HaloDataModule, HaloQuantStrategy
+    from lightning_halo.models import GraphSAGE
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    torch.manual_seed(0)
+    probe = GraphSAGE(8, 2, hidden_channels=a.hidden, sparse=True)  # a model exists in the idle process too
+    del probe
+    idle = status()
+    reset_peak()
+    sampler = Sampler()
+    record: dict[str, Any] = {"rank": rank, "world": world, "idle_rss": idle["VmRSS"], "phases": {},
+                              "lightning_halo": str(Path(lightning_halo.__file__).parent)}  # fmt: skip
+    t0 = time.perf_counter()
+
+    class Probe(L.Callback):
+        def on_fit_start(self, trainer, pl_module):  # data loaded, model wrapped
+            record["phases"]["load"] = {"peak": status()["VmHWM"], "seconds": time.perf_counter() - t0}
+            reset_peak()
+
+        def on_train_end(self, trainer, pl_module):
+            record["phases"]["train"] = {"peak": status()["VmHWM"], "seconds": time.perf_counter() - t0}
+
+    dm = HaloDataModule(a.data, cache_dir=a.cache_dir)
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=a.hidden, sparse=True)
+    trainer = L.Trainer(
+        strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=world, max_epochs=a.epochs, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        limit_val_batches=0, callbacks=[Probe()],
+    )  # fmt: skip
+    trainer.fit(model, datamodule=dm)
+    record["at_peak"] = sampler.stop()
+    record["peak_rss"] = max(p["peak"] for p in record["phases"].values())
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    opt = sum(v.numel() * v.element_size() for s in trainer.optimizers[0].state.values() for v in s.values()
+              if isinstance(v, torch.Tensor))  # fmt: skip
+    record["model_bytes"], record["grad_bytes"], record["optimizer_bytes"] = params, params, opt
+    if hasattr(dm, "cache_for"):  # this checkout's partition directories (not in the code before them)
+        manifest = dm.cache_for(world).read_meta()
+        record["part_bytes"] = manifest["files"][f"part_{rank}.pt"]["bytes"]
+        record["graph_facts"] = manifest["graph"]
+    part = dm.partition
+    record["n_inner"], record["n_halo"] = int(part.n_inner), int(part.n_halo)
+    Path(a.result).mkdir(parents=True, exist_ok=True)
+    (Path(a.result) / f"rank{rank}.json").write_text(json.dumps(record, indent=1))
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def train(data: str, world: int, result: Path, *, cache_dir: Optional[str], epochs: int, hidden: int,
+          code: Optional[str] = None, timeout: float = 3600) -> dict[str, Any]:  # fmt: skip
+    tmp = result.with_suffix(".ranks")
+    shutil.rmtree(tmp, ignore_errors=True)
+    args = ["_rank", "--data", data, "--result", str(tmp), "--epochs", str(epochs), "--hidden", str(hidden)]
+    if cache_dir:
+        args += ["--cache-dir", cache_dir]
+    t = time.perf_counter()
+    launch(args, world, timeout, code)
+    ranks = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+    shutil.rmtree(tmp, ignore_errors=True)
+    record = {"data": data, "world": world, "epochs": epochs, "hidden": hidden, "code": code or "this checkout",
+              "seconds": time.perf_counter() - t, "ranks": ranks}  # fmt: skip
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _line(rec: dict[str, Any]) -> str:
+    cells = []
+    for r in rec["ranks"]:
+        above = (r["peak_rss"] - r["idle_rss"]) / MB
+        part = f" part {r['part_bytes'] / MB:.0f}" if "part_bytes" in r else ""
+        cells.append(f"r{r['rank']} {r['peak_rss'] / MB:.0f} MB (+{above:.0f}{part})")
+    return ", ".join(cells)
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    for world in a.ranks:
+        directory = TMP / "memory" / a.label / f"parts-{world}"
+        rec = train(str(directory), world, RESULTS / a.label / f"train-dir-{world}.json", cache_dir=None, epochs=a.epochs,
+                    hidden=a.hidden)  # fmt: skip
+        print(f"{a.label} from directory, {world} ranks: {_line(rec)}", flush=True)
+
+
+def cmd_file(a: argparse.Namespace) -> None:
+    """``HaloDataModule(<file>)`` on ``--ranks`` ranks: cold cache (rank 0 partitions), then warm."""
+    tag = a.tag or ("main" if a.code else "file")
+    cache = TMP / "memory" / a.label / f"cache-{tag}"
+    shutil.rmtree(cache, ignore_errors=True)
+    for state in ("cold", "warm"):
+        rec = train(a.graph, a.ranks, RESULTS / a.label / f"train-{tag}-{state}-{a.ranks}.json", cache_dir=str(cache),
+                    epochs=a.epochs, hidden=a.hidden, code=a.code)  # fmt: skip
+        rec["graph_bytes"] = graph_bytes(a.graph)
+        (RESULTS / a.label / f"train-{tag}-{state}-{a.ranks}.json").write_text(json.dumps(rec, indent=1))
+        print(f"{a.label} {tag} {state}, {a.ranks} ranks: {_line(rec)}", flush=True)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+def _run(cmd: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+# ---------------------------------------------------------------------------------------- breakdown
+def breakdown(directory: str, part_id: int, hidden: int) -> list[dict[str, Any]]:
+    """Where one rank's memory goes: its training step replayed in one process, step by step.
+
+    The rank's part is loaded as in training (memory-mapped), then the steps of one SAGE
+    (``sparse=True``) training step run as the strategy runs them: ``[x; halo_x]`` as the first
+    layer's input, the sparse adjacency, layer 1, the second layer's input (the halo rows a peer
+    would send are zeros here), layer 2, backward. Each row: the peak RSS of that step and the
+    resident set after it, split into anonymous memory and mapped-file pages.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import SAGEConv
+
+    from lightning_halo.data import PartitionDirectory
+    from lightning_halo.partition.adjacency import sparse_adjacency
+
+    rows: list[dict[str, Any]] = []
+
+    def mark(step: str) -> None:
+        s = status()
+        rows.append({"step": step, "peak_mb": s["VmHWM"] / MB, "rss_mb": s["VmRSS"] / MB, "anon_mb": s["RssAnon"] / MB,
+                     "file_mb": s["RssFile"] / MB})  # fmt: skip
+        reset_peak()
+
+    torch.manual_seed(0)
+    mark("idle")
+    part = PartitionDirectory(directory).load_part(part_id)
+    mark("part loaded (mapped)")
+    x_all = torch.cat([part.x, part.halo_x])
+    mark("[x; halo_x]: layer 1 input")
+    adj = sparse_adjacency(part, reduce="mean")
+    mark("sparse adjacency")
+    n_in, n_halo = int(part.n_inner), int(part.n_halo)
+    conv1, conv2 = SAGEConv(x_all.size(1), hidden), SAGEConv(hidden, int(part.y.max()) + 1)
+    h = conv1((x_all, x_all[:n_in]), adj).relu()
+    mark("layer 1")
+    h_all = torch.cat([h, h.new_zeros(n_halo, hidden)])
+    mark("layer 2 input (with halo rows)")
+    out = conv2((h_all, h), adj)
+    mark("layer 2")
+    F.cross_entropy(out[part.train_mask], part.y[part.train_mask]).backward()
+    mark("backward")
+    return rows
+
+
+def cmd_replay(a: argparse.Namespace) -> None:
+    """:func:`breakdown` of every part, each in a fresh process: per-rank peaks when the ranks of one
+    machine would not fit in its memory at once (calibrated against real runs where they do)."""
+    for world in a.ranks:
+        parts = []
+        for p in range(world):
+            _run([sys.executable, "-m", "benchmarks.memory", "breakdown", "--label", a.label, "--ranks", str(world),
+                  "--part", str(p), "--hidden", str(a.hidden)])  # fmt: skip
+            parts.append(json.loads((RESULTS / a.label / f"breakdown-{world}.json").read_text()))
+        manifest = json.loads((TMP / "memory" / a.label / f"parts-{world}" / "manifest.json").read_text())
+        for p, rec in enumerate(parts):
+            rec["part_bytes"] = manifest["files"][f"part_{p}.pt"]["bytes"]
+        (RESULTS / a.label / f"breakdown-{world}.json").unlink()
+        (RESULTS / a.label / f"replay-{world}.json").write_text(json.dumps({"world": world, "parts": parts}, indent=1))
+        peaks = ", ".join(f"{max(st['peak_mb'] for st in r['steps']):.0f}" for r in parts)
+        print(f"{a.label} replay, {world} parts: peak MB per rank {peaks}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------- report
+def summarise(label: str) -> dict[str, Any]:
+    """Per-rank and partition figures of one graph, with the issue's ratios (pure: reads the JSONs only)."""
+    folder = RESULTS / label
+    out: dict[str, Any] = {"label": label, "partition": {}, "directory": {}, "replay": {}, "file": {}}
+    for f in sorted(folder.glob("partition-*.json")):
+        r = json.loads(f.read_text())
+        out["partition"][r["parts"]] = {
+            "peak_mb": r["peak_rss"] / MB, "idle_mb": r["idle_rss"] / MB,
+            "metis_phase_peak_mb": r["phases"]["metis"]["peak"] / MB,
+            "metis_phase_start_mb": r["phases"]["metis"]["start_rss"] / MB,
+            "phase_peaks_mb": {k: v["peak"] / MB for k, v in r["phases"].items()},
+            "max_other_phase_peak_mb": max(v["peak"] for k, v in r["phases"].items() if k != "metis") / MB,
+            "metis_s": r["timings"]["metis_s"], "halo_s": r["timings"]["halo_s"], "write_s": r["timings"]["write_s"],
+            "seconds": sum(v["seconds"] for v in r["phases"].values()),
+            "csr_mb": r.get("csr_bytes", 0) / MB or None, "features_mb": _features_mb(r["graph_facts"]),
+            "graph_mb": None, "part_mb": [b / MB for b in r["part_bytes"]],
+            "halo_rows": r["stats"]["halo_rows"], "replication": r["stats"]["replication"],
+        }  # fmt: skip
+    for f in sorted(folder.glob("train-*.json")):
+        r = json.loads(f.read_text())
+        ranks = []
+        for x in r["ranks"]:
+            own = x.get("part_bytes", 0) + x["model_bytes"] + x["grad_bytes"] + x["optimizer_bytes"]
+            ranks.append({
+                "rank": x["rank"], "peak_mb": x["peak_rss"] / MB, "idle_mb": x["idle_rss"] / MB,
+                "above_idle_mb": (x["peak_rss"] - x["idle_rss"]) / MB,
+                "load_above_idle_mb": (x["phases"]["load"]["peak"] - x["idle_rss"]) / MB,
+                "train_above_idle_mb": (x["phases"]["train"]["peak"] - x["idle_rss"]) / MB,
+                "part_mb": x.get("part_bytes", 0) / MB, "model_opt_mb": (own - x.get("part_bytes", 0)) / MB,
+                "peak_over_own": x["peak_rss"] / own if x.get("part_bytes") else None,
+                "above_idle_over_own": (x["peak_rss"] - x["idle_rss"]) / own if x.get("part_bytes") else None,
+                "anon_at_peak_mb": x["at_peak"]["RssAnon"] / MB, "file_at_peak_mb": x["at_peak"]["RssFile"] / MB,
+            })  # fmt: skip
+        entry = {"world": r["world"], "seconds": r["seconds"], "code": r["code"], "ranks": ranks}
+        if f.name.startswith("train-dir-"):
+            out["directory"][r["world"]] = entry
+        else:
+            entry["graph_mb"] = r["graph_bytes"] / MB
+            entry["max_above_idle_over_graph"] = max(x["above_idle_mb"] for x in ranks) / entry["graph_mb"]
+            entry["max_load_above_idle_over_graph"] = max(x["load_above_idle_mb"] for x in ranks) / entry["graph_mb"]
+            out["file"][f.stem.removeprefix("train-")] = entry
+    for f in sorted(folder.glob("replay-*.json")):
+        r = json.loads(f.read_text())
+        out["replay"][r["world"]] = {"ranks": [
+            {"rank": p, "peak_mb": max(st["peak_mb"] for st in rec["steps"]), "idle_mb": rec["steps"][0]["rss_mb"],
+             "part_mb": rec["part_bytes"] / MB, "steps": rec["steps"]}
+            for p, rec in enumerate(r["parts"])
+        ]}  # fmt: skip
+    return out
+
+
+def _features_mb(facts: dict[str, Any]) -> float:
+    return facts["num_nodes"] * facts["num_features"] * {"float64": 8, "float16": 2, "bfloat16": 2}.get(facts["x_dtype"], 4) / MB
+
+
+def _curve(runs: dict[Any, Any], key: str = "peak_mb") -> tuple[list[int], list[float]]:
+    worlds = sorted(int(w) for w in runs)
+    return worlds, [max(r[key] for r in runs[w if w in runs else str(w)]["ranks"]) / 1024 for w in worlds]
+
+
+def plot(summaries: list[dict[str, Any]], path: Path) -> None:
+    """Left: peak RSS per rank vs ranks. Right: what loading the data costs a rank, before and now."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    for s in summaries:
+        color = None
+        for runs, style, what in ((s["directory"], "o-", "real ranks"), (s["replay"], "s--", "each rank replayed alone")):
+            if runs:
+                worlds, peak = _curve(runs)
+                (line,) = ax.plot(worlds, peak, style, color=color, label=f"{s['label']}: peak per rank ({what})")
+                color = line.get_color()
+        runs = s["directory"] or s["replay"]
+        if runs:
+            worlds, part = _curve(runs, "part_mb")
+            ax.plot(worlds, [1.5 * p for p in part], ":", color=color, alpha=0.7, label=f"{s['label']}: 1.5 × part file (target)")
+        before = {int(k.split("-")[-1]): v for k, v in s["file"].items() if k.startswith("main-warm-")}
+        if before:
+            worlds, peak = _curve(before)
+            ax.plot(worlds, peak, "x-.", color=color, alpha=0.7, label=f"{s['label']}: peak per rank before (graph file per rank)")
+            _, load_before = _curve(before, "load_above_idle_mb")
+            bx.plot(worlds, load_before, "x-.", color=color, label=f"{s['label']}: before (whole graph on every rank)")
+        if s["directory"]:
+            worlds, load_now = _curve(s["directory"], "load_above_idle_mb")
+            bx.plot(worlds, load_now, "o-", color=color, label=f"{s['label']}: now (manifest + mapped part)")
+    ax.axhline(0.469, color="grey", lw=0.8, ls=":", label="idle baseline (Python + torch + Lightning + PyG)")
+    for a in (ax, bx):
+        a.set_xscale("log", base=2)
+        a.set_xticks([2, 4, 8], ["2", "4", "8"])
+        a.set_xlabel("ranks")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    ax.set_ylabel("GiB")
+    ax.set_title("Peak resident memory per rank (max over ranks), one epoch", fontsize=10)
+    bx.set_ylabel("GiB above idle")
+    bx.set_title("Loading the data (prepare_data + setup), per rank", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def markdown(summaries: list[dict[str, Any]]) -> str:
+    lines = []
+    for s in summaries:
+        lines += [f"#### {s['label']}", ""]
+        if s["partition"]:
+            lines += ["Partition step (`lightning-halo partition GRAPH --parts P --out DIR`, one fresh process per part count; MiB):", "",
+                      "| parts | peak RSS | METIS phase (CSR + METIS) | scan / halo / write phase peaks | idle | METIS s | halo s | write s | part files |",
+                      "|---:|---:|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
+            for parts, p in sorted(s["partition"].items(), key=lambda kv: int(kv[0])):
+                ph = p["phase_peaks_mb"]
+                sizes = f"{min(p['part_mb']):.0f}–{max(p['part_mb']):.0f}"
+                lines.append(f"| {parts} | {p['peak_mb']:.0f} | {p['metis_phase_peak_mb']:.0f} | {ph['scan']:.0f} / {ph['halo']:.0f} / "
+                             f"{ph['write']:.0f} | {p['idle_mb']:.0f} | {p['metis_s']:.1f} | {p['halo_s']:.1f} | {p['write_s']:.1f} | {sizes} |")  # fmt: skip
+            first = next(iter(s["partition"].values()))
+            if first.get("csr_mb"):
+                lines += ["", f"The CSR given to METIS: {first['csr_mb']:.0f} MiB; the node features: {first['features_mb']:.0f} MiB."]
+            lines.append("")
+        for kind, title in (("directory", "Training from the partition directory (real ranks, one epoch, "),
+                            ("replay", "Every rank's training step replayed in its own process, one after the other (")):  # fmt: skip
+            if not s[kind]:
+                continue
+            lines += [title + "GraphSAGE hidden 64, `sparse=True`, bits=32; MiB; *own* = part file + model + gradients + "
+                      "Adam state):", "",
+                      "| ranks | peak RSS per rank | idle | above idle | part file | model + grad + Adam | peak / own | "
+                      "above idle / own | anon / file pages at peak |",
+                      "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+            for world, d in sorted(s[kind].items(), key=lambda kv: int(kv[0])):
+                rs = d["ranks"]
+                own = [r["part_mb"] + r.get("model_opt_mb", 0.14) for r in rs]
+                peak = [r["peak_mb"] for r in rs]
+                above = [r["peak_mb"] - r["idle_mb"] for r in rs]
+                comp = (f"{max(r['anon_at_peak_mb'] for r in rs):.0f} / {max(r['file_at_peak_mb'] for r in rs):.0f}"
+                        if "anon_at_peak_mb" in rs[0] else "–")  # fmt: skip
+                lines.append(
+                    f"| {world} | {min(peak):.0f}–{max(peak):.0f} | {rs[0]['idle_mb']:.0f} | {min(above):.0f}–{max(above):.0f} | "
+                    f"{min(r['part_mb'] for r in rs):.0f}–{max(r['part_mb'] for r in rs):.0f} | {rs[0].get('model_opt_mb', 0.14):.2f} | "
+                    f"{max(p / o for p, o in zip(peak, own)):.2f} | {max(a / o for a, o in zip(above, own)):.2f} | {comp} |"
+                )  # fmt: skip
+            lines.append("")
+        if s["file"]:
+            lines += ["A saved `Data` given by path (`HaloDataModule(\"graph.pt\")`; *cold*: rank 0 partitions in `prepare_data`, "
+                      "*warm*: the cache exists; *before*: the code before partition directories). Above the idle baseline, MiB:", "",
+                      "| run | ranks | graph file | data loading (prepare_data + setup), per rank | peak, per rank | max peak above idle / graph |",
+                      "|---|---:|---:|---|---|---:|"]  # fmt: skip
+            for name, f in sorted(s["file"].items(), key=lambda kv: (int(kv[0].split("-")[-1]), kv[0])):
+                load = ", ".join(f"{r['load_above_idle_mb']:.0f}" for r in f["ranks"])
+                per = ", ".join(f"{r['above_idle_mb']:.0f}" for r in f["ranks"])
+                who = "before" if name.startswith("main") else "now"
+                lines.append(f"| {who}, {name.split('-')[1]} | {f['world']} | {f['graph_mb']:.0f} | {load} | {per} | "
+                             f"{f['max_above_idle_over_graph']:.2f} |")  # fmt: skip
+            lines.append("")
+    return "\n".join(lines)
+
+
+def cmd_report(a: argparse.Namespace) -> None:
+    labels = a.labels or sorted(p.name for p in RESULTS.iterdir() if p.is_dir())
+    summaries = [summarise(label) for label in labels]
+    (RESULTS / "summary.json").write_text(json.dumps(summaries, indent=1))
+    plot(summaries, Path(a.img))
+    text = markdown(summaries)
+    if a.page:
+        page = Path(a.page)
+        body = page.read_text()
+        begin, end = "<!-- BEGIN GENERATED: memory -->\n", "<!-- END GENERATED: memory -->"
+        start, stop = body.index(begin) + len(begin), body.index(end)
+        page.write_text(body[:start] + text + "\n" + body[stop:])
+    print(text)
+
+
+# ---------------------------------------------------------------------------------------- main
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.memory", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--out", required=True)
+    g.add_argument("--nodes", type=int, default=4_000_000)
+    g.add_argument("--degree", type=int, default=8, help="out-edges drawn per node (E = 2 * nodes * degree)")
+    g.add_argument("--features", type=int, default=128)
+    g.add_argument("--classes", type=int, default=8)
+    g.add_argument("--blocks", type=int, default=256)
+    g.add_argument("--p-in", type=float, default=0.95)
+    g.add_argument("--noise", type=float, default=2.0)
+    g.add_argument("--seed", type=int, default=0)
+    pa = sub.add_parser("partition")
+    pa.add_argument("--graph", required=True)
+    pa.add_argument("--parts", nargs="+", type=int, default=[2, 4, 8])
+    pa.add_argument("--label", required=True)
+    for name in ("train", "file"):
+        t = sub.add_parser(name)
+        t.add_argument("--label", required=True)
+        t.add_argument("--epochs", type=int, default=1)
+        t.add_argument("--hidden", type=int, default=64)
+        if name == "train":
+            t.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
+        else:
+            t.add_argument("--graph", required=True)
+            t.add_argument("--ranks", type=int, default=4)
+            t.add_argument("--code", default=None, help="import lightning_halo from this source tree instead")
+            t.add_argument("--tag", default=None)
+    b = sub.add_parser("breakdown")
+    b.add_argument("--label", required=True)
+    b.add_argument("--ranks", type=int, default=2, help="the partition directory parts-<ranks> of the label")
+    b.add_argument("--part", type=int, default=0)
+    b.add_argument("--hidden", type=int, default=64)
+    rp = sub.add_parser("replay")
+    rp.add_argument("--label", required=True)
+    rp.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
+    rp.add_argument("--hidden", type=int, default=64)
+    r = sub.add_parser("report")
+    r.add_argument("--labels", nargs="*")
+    r.add_argument("--page", default=None)
+    r.add_argument("--img", default=str(ROOT / "docs" / "img" / "memory-per-rank.png"))
+    one = sub.add_parser("_partition")
+    one.add_argument("--graph", required=True)
+    one.add_argument("--parts", type=int, required=True)
+    one.add_argument("--out", required=True)
+    one.add_argument("--result", required=True)
+    one.add_argument("--structure", action="store_true")
+    rk = sub.add_parser("_rank")
+    rk.add_argument("--data", required=True)
+    rk.add_argument("--result", required=True)
+    rk.add_argument("--cache-dir", default=None)
+    rk.add_argument("--epochs", type=int, default=1)
+    rk.add_argument("--hidden", type=int, default=64)
+    a = p.parse_args(argv)
+    if a.cmd == "generate":
+        print(json.dumps(generate(Path(a.out), a.nodes, a.degree, a.features, a.classes, a.blocks, a.p_in, a.noise, a.seed)))
+    elif a.cmd == "partition":
+        cmd_partition(a)
+    elif a.cmd == "_partition":
+        rec = partition_one(a.graph, a.parts, Path(a.out), a.structure)
+        Path(a.result).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.result).write_text(json.dumps(rec, indent=1))
+    elif a.cmd == "train":
+        cmd_train(a)
+    elif a.cmd == "file":
+        cmd_file(a)
+    elif a.cmd == "_rank":
+        rank_main(a)
+    elif a.cmd == "replay":
+        cmd_replay(a)
+    elif a.cmd == "breakdown":
+        steps = breakdown(str(TMP / "memory" / a.label / f"parts-{a.ranks}"), a.part, a.hidden)
+        target = RESULTS / a.label / f"breakdown-{a.ranks}.json"
+        target.write_text(json.dumps({"ranks": a.ranks, "part": a.part, "hidden": a.hidden, "steps": steps}, indent=1))
+        for st in steps:
+            print(f"{st['step']:32s} peak {st['peak_mb']:7.0f} MB  after {st['rss_mb']:7.0f} (anon {st['anon_mb']:.0f}, file {st['file_mb']:.0f})")
+    else:
+        cmd_report(a)
+
+
+if __name__ == "__main__":
+    main()

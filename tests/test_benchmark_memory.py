@@ -1,0 +1,47 @@
+"""Smoke test of the memory benchmark: a small graph generated on disk, partitioned, trained, reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.multiprocess
+def test_generate_partition_train_report(tmp_path: Path) -> None:
+    env = dict(os.environ, LIGHTNING_HALO_BENCH_RESULTS=str(tmp_path / "results"), PYTHONPATH=str(ROOT))
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
+        env.pop(key, None)
+
+    def bench(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.memory", *args], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    graph = tmp_path / "g"
+    info = json.loads(bench("generate", "--out", str(graph), "--nodes", "3000", "--degree", "4", "--features", "8",
+                            "--blocks", "10").strip().splitlines()[-1])  # fmt: skip
+    assert info["edges"] == 2 * 3000 * 4
+    ei = np.load(graph / "edge_index.npy")
+    assert ei.shape == (2, 24000) and ei.max() < 3000
+    assert np.array_equal(np.sort(ei[0] * 3000 + ei[1]), np.sort(ei[1] * 3000 + ei[0])), "both directions stored"
+    bench("partition", "--graph", str(graph), "--parts", "2", "--label", "tiny")
+    bench("train", "--label", "tiny", "--ranks", "2")
+    page = tmp_path / "page.md"
+    page.write_text("# B\n<!-- BEGIN GENERATED: memory -->\n<!-- END GENERATED: memory -->\n")
+    bench("report", "--labels", "tiny", "--page", str(page), "--img", str(tmp_path / "m.png"))
+    summary = json.loads((tmp_path / "results" / "memory" / "summary.json").read_text())[0]
+    ranks = summary["directory"]["2"]["ranks"]
+    assert len(ranks) == 2 and all(r["peak_mb"] > r["idle_mb"] > 100 and r["part_mb"] > 0 for r in ranks)
+    part = summary["partition"]["2"]
+    assert part["peak_mb"] >= part["metis_phase_peak_mb"] > part["idle_mb"] and part["csr_mb"] > 0
+    text = page.read_text()
+    assert "#### tiny" in text and "\n| 2 | " in text and (tmp_path / "m.png").is_file()
