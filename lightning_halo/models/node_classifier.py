@@ -43,6 +43,8 @@ class NodeClassifier(pl.LightningModule):
 
     Example:
         >>> model = GCN(in_channels=1433, out_channels=7, hidden_channels=64)
+        >>> model.hparams.hidden_channels
+        64
     """
 
     def __init__(
@@ -184,40 +186,37 @@ class NodeClassifier(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
 
-_ARGS = """
-    Args:
-        in_channels (int): input feature size.
-        out_channels (int): number of classes.
-        hidden_channels (int, optional): hidden size. (default: ``64``)
-        num_layers (int, optional): message-passing layers. (default: ``2``)
-        dropout (float, optional): dropout between layers. (default: ``0.5``)
-        norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
-        lr (float, optional): Adam learning rate. (default: ``0.01``)
-        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
-        sparse (bool, optional): aggregate with a fused sparse-dense product on a cached
-            sparse adjacency instead of per-edge messages. (default: ``False``)
-"""
 
 
 class GCN(NodeClassifier):
-    """Two or more ``GCNConv`` layers (Kipf & Welling, https://arxiv.org/abs/1609.02907).
+    """Two or more ``GCNConv`` layers (`Kipf & Welling <https://arxiv.org/abs/1609.02907>`_).
+
+    Args:
+        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
+            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
+            ``weight_decay``, ``sparse``), with its defaults.
 
     Example:
-        >>> GCN(in_channels=1433, out_channels=7)
+        >>> GCN(in_channels=1433, out_channels=7).gnn
+        GCN(1433, 7, num_layers=2)
     """
 
-    __doc__ = (__doc__ or "") + _ARGS
     pyg_model = "GCN"
 
 
 class GraphSAGE(NodeClassifier):
-    """``SAGEConv`` layers with mean aggregation (Hamilton et al., https://arxiv.org/abs/1706.02216).
+    """``SAGEConv`` layers with mean aggregation (`Hamilton et al. <https://arxiv.org/abs/1706.02216>`_).
+
+    Args:
+        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
+            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
+            ``weight_decay``, ``sparse``), with its defaults.
 
     Example:
-        >>> GraphSAGE(in_channels=1433, out_channels=7, num_layers=3)
+        >>> GraphSAGE(in_channels=1433, out_channels=7, num_layers=3).gnn
+        GraphSAGE(1433, 7, num_layers=3)
     """
 
-    __doc__ = (__doc__ or "") + _ARGS
     pyg_model = "GraphSAGE"
 
 
@@ -237,7 +236,8 @@ class GAT(NodeClassifier):
             concatenated, so ``hidden_channels`` must be divisible by it). (default: ``4``)
 
     Example:
-        >>> GAT(in_channels=1433, out_channels=7, hidden_channels=64, heads=8)
+        >>> GAT(in_channels=1433, out_channels=7, hidden_channels=64, heads=8).gnn
+        GAT(1433, 7, num_layers=2)
     """
 
     def __init__(
@@ -264,11 +264,16 @@ class GAT(NodeClassifier):
 
 
 class GIN(NodeClassifier):
-    """``GINConv`` layers with 2-layer MLPs (Xu et al., https://arxiv.org/abs/1810.00826).
+    """``GINConv`` layers with 2-layer MLPs (`Xu et al. <https://arxiv.org/abs/1810.00826>`_).
+
+    Args:
+        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
+            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
+            ``weight_decay``, ``sparse``), with its defaults.
 
     Example:
-        >>> GIN(in_channels=1433, out_channels=7)
+        >>> GIN(in_channels=1433, out_channels=7).gnn
+        GIN(1433, 7, num_layers=2)
     """
 
-    __doc__ = (__doc__ or "") + _ARGS
     pyg_model = "GIN"

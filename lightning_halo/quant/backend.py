@@ -254,6 +254,7 @@ def use_impl(impl: str) -> Iterator[None]:
         impl: ``"auto"``, ``"torch"`` or ``"numba"``.
 
     Example:
+        >>> from lightning_halo.quant import quantize
         >>> with use_impl("torch"):
         ...     q = quantize(torch.randn(4, 4), bits=8)
     """

@@ -1,0 +1,95 @@
+"""The traffic and checkpoint-state callbacks, in process (their multi-process behaviour: tests/strategy, test_resume)."""
+
+from __future__ import annotations
+
+import threading
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import SAGEConv
+
+from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloStateCallback, HaloTrafficLogger
+from lightning_halo.exchange import HaloExchanger, ThreadGroup
+from lightning_halo.partition import build_halo_partitions, partition_graph
+from tests.support.graphs import awkward_graph
+
+
+class _Module(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = SAGEConv(8, 3)
+
+    def training_step(self, batch, _):
+        out = self.conv(batch.x, batch.edge_index)
+        return F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_strategy_adds_the_callbacks_and_one_process_sends_nothing(tmp_path, capsys) -> None:
+    trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=1, max_epochs=2, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(_Module(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
+    traffic = [cb for cb in trainer.callbacks if isinstance(cb, HaloTrafficLogger)]
+    assert len(traffic) == 1 and sum(isinstance(cb, HaloStateCallback) for cb in trainer.callbacks) == 1
+    assert traffic[0].summary["train_bytes"] == 0 and traffic[0].summary["epochs"] == 2
+    assert float(trainer.callback_metrics["halo/MB"]) == 0.0 and float(trainer.callback_metrics["halo/fwd_bytes"]) == 0.0
+
+
+def _exchangers_after_one_step(world: int = 2):
+    """Two ranks' exchangers after one pipelined 1-bit epoch of slot traffic (threads)."""
+    data = awkward_graph(world)
+    parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world), world)
+    group = ThreadGroup(world)
+    out: list = [None] * world
+
+    def rank(r: int) -> None:
+        ex = HaloExchanger(group.transport(r), bits=1, seed=3)
+        ex.bind(parts[r])
+        for epoch, mode in enumerate(("sync", "stale")):
+            ex.begin_step(True, epoch=epoch, mode=mode)
+            h = torch.randn(int(parts[r].n_inner), 4, dtype=torch.float64, requires_grad=True)
+            ex.prepare_loss(ex.fetch(h, "conv").sum()).backward()
+        out[r] = (ex, parts[r])
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    return out
+
+
+def test_state_round_trip_restores_every_rank_exactly() -> None:
+    (ex, part), _ = _exchangers_after_one_step()
+    cb = HaloStateCallback()
+    cb.attach(ex, rank=0, world_size=1)
+    state = cb.state_dict()
+    fresh = HaloExchanger(None, bits=1, seed=3)
+    other = HaloStateCallback()
+    other.attach(fresh, rank=0, world_size=1)
+    other.load_state_dict(state)
+    fresh.bind(part)
+    a, b = ex.state_dict(), fresh.state_dict()
+    assert torch.equal(a["generator"], b["generator"]) and a["plans"] == b["plans"]
+    for sa, sb in zip(a["slots"], b["slots"]):
+        assert sa["layer"] == sb["layer"] and sa["fresh_epoch"] == sb["fresh_epoch"]
+        assert torch.equal(sa["halo"], sb["halo"]) and torch.equal(sa["grad"], sb["grad"])
+    assert fresh.meter.total == ex.meter.total
+
+
+def test_state_of_another_world_size_or_partition_is_refused() -> None:
+    (ex, part), (ex1, part1) = _exchangers_after_one_step()
+    cb = HaloStateCallback()
+    cb.attach(ex, rank=0, world_size=1)
+    state = cb.state_dict()
+    two = HaloStateCallback()
+    two.attach(HaloExchanger(None), rank=0, world_size=2)
+    with pytest.raises(ValueError, match="holds halo state for 1 processes but this run has 2"):
+        two.load_state_dict(state)
+    wrong = HaloExchanger(None, bits=1)
+    wrong.load_state_dict(ex.state_dict())
+    assert (int(part.n_halo), int(part.send_counts.sum())) != (int(part1.n_halo), int(part1.send_counts.sum()))
+    with pytest.raises(Exception, match="belongs to a different partition"):
+        wrong.bind(part1)  # rank 0's state on rank 1's partition
