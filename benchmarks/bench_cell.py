@@ -2,9 +2,9 @@
 
 Run as every rank of a job (``srun``, ``torchrun`` or the harness's local launcher):
 
-    python benchmarks/bench_cell.py --graph cornell5 --model gcn --bits 1 --mode pipelined5 --out DIR
+    python -m benchmarks.bench_cell --graph cornell5 --model gcn --bits 1 --mode pipelined5 --out DIR
 
-Each rank writes ``DIR/rank<r>.json``; ``benchmarks/harness.py`` merges them. Baselines:
+Each rank writes ``DIR/rank<r>.json``; ``python -m benchmarks.harness`` merges them. Baselines:
 ``--baseline single`` (one process, plain full-graph training, no halo strategy) and
 ``--baseline neighbor`` (Lightning DDP with PyG ``NeighborLoader`` mini-batches).
 """
@@ -13,24 +13,22 @@ import argparse
 import json
 import os
 import resource
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torchmetrics.classification import BinaryAUROC, MulticlassAccuracy  # noqa: E402
+import lightning as L
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torchmetrics.classification import BinaryAUROC, MulticlassAccuracy
 
-from benchmarks.graphs import graph_source  # noqa: E402
-from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule  # noqa: E402
-from lightning_halo.models import GAT, GCN, GraphSAGE  # noqa: E402
+from benchmarks.graphs import graph_source
+from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
+from lightning_halo.models import GAT, GCN, GraphSAGE
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
 MODES = {

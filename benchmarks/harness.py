@@ -1,15 +1,15 @@
 """Benchmark harness: runs cells on the real SLURM testbed (or local processes) and summarises them.
 
     # the whole matrix for one graph on 2 nodes at 100 Mbit/s (cells already done are skipped)
-    python benchmarks/harness.py matrix --graph cornell5 --nodes 2 --rate 100mbit
+    python -m benchmarks.harness matrix --graph cornell5 --nodes 2 --rate 100mbit
     # one cell
-    python benchmarks/harness.py cell --graph tolokers --model gcn --bits 1 --mode pipelined5 --nodes 2
+    python -m benchmarks.harness cell --graph tolokers --model gcn --bits 1 --mode pipelined5 --nodes 2
     # baselines: single-process full graph, and DDP + NeighborLoader mini-batches
-    python benchmarks/harness.py baselines --graph cornell5 --nodes 2 --rate 100mbit
+    python -m benchmarks.harness baselines --graph cornell5 --nodes 2 --rate 100mbit
     # scale: METIS time/memory on the generated graph, training on 2, 4 and 8 ranks
-    python benchmarks/harness.py scale --graph sbm --ranks 2 4 8
+    python -m benchmarks.harness scale --graph sbm --ranks 2 4 8
     # plots and the tables of docs/benchmarks.md from whatever results exist
-    python benchmarks/harness.py report
+    python -m benchmarks.harness report
 
 Cells run as ``srun -N<nodes> --ntasks-per-node=1`` on ``../shared/testbed/cluster.sh`` (each node a
 network namespace whose link is shaped to ``--rate``); ``--local`` runs the ranks as local
@@ -29,16 +29,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+from benchmarks.summary import BITS, MODELS, MODES, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("LIGHTNING_HALO_BENCH_RESULTS", ROOT / "benchmarks" / "results"))
-BITS = (32, 16, 8, 4, 2, 1)
-MODES = ("sync", "pipelined", "pipelined5", "periodic")
-MODELS = ("gcn", "sage", "gat")
-WARMUP = 3  # epochs excluded from timing medians (JIT, first-touch, input-feature exchange)
 
 
 def testbed() -> Path:
@@ -71,6 +70,17 @@ class Cluster:
             self.nodes = 0
 
 
+@contextmanager
+def cluster_for(a: argparse.Namespace) -> Iterator[Optional[Cluster]]:
+    """The testbed for a command (``None`` with ``--local``), always taken down afterwards."""
+    cluster = None if a.local else Cluster()
+    try:
+        yield cluster
+    finally:
+        if cluster:
+            cluster.down()
+
+
 def cell_path(graph: str, nodes: int, rate: str, name: str) -> Path:
     return RESULTS / graph.replace(":", "-") / f"{nodes}n-{rate}" / f"{name}.json"
 
@@ -82,9 +92,9 @@ def run_ranks(
     env = env or {}
     out = Path(tempfile.mkdtemp(prefix="halo-bench-"))
     cache = os.environ.get("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_cell.py"), *args, "--out", str(out), "--cache-dir", cache]
+    cmd = [sys.executable, "-m", "benchmarks.bench_cell", *args, "--out", str(out), "--cache-dir", cache]
     if cluster is None:
-        from tests.support.launch import check, run_workers  # local processes, torchrun-style
+        from benchmarks.launch import check, run_workers  # local processes, torchrun-style
 
         try:
             check(run_workers([*cmd[1:], "--devices", str(nodes)], nodes, timeout=timeout, env=env))
@@ -104,49 +114,6 @@ def run_ranks(
     if result.returncode != 0:
         raise RuntimeError(f"cell failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return out
-
-
-def summarise(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median per-epoch figures after warm-up (slowest rank per epoch), traffic, accuracy, memory."""
-    n_epochs = min(len(r["epochs"]) for r in ranks)
-    measured = range(min(WARMUP, max(n_epochs - 1, 0)), n_epochs)
-
-    # Per epoch, the slowest rank sets the pace; its own waits are the communication that really
-    # delayed the epoch (a faster rank's waits also contain its idling for the slow one).
-    slowest = [max(ranks, key=lambda r: r["epochs"][e]["step_s"])["epochs"][e] for e in measured]
-    step = [e["step_s"] for e in slowest]
-    wait, codec, allreduce = ([e.get(k, 0.0) for e in slowest] for k in ("wait_s", "codec_s", "allreduce_s"))
-    med = statistics.median
-    breakdown = {"wait_s": med(wait), "codec_s": med(codec), "allreduce_s": med(allreduce)}
-    breakdown["compute_s"] = max(med(step) - sum(breakdown.values()), 0.0)
-    e0 = ranks[0]["epochs"]
-    curve = [
-        {"epoch": e["epoch"], "train_wall_s": max(r["epochs"][i]["train_wall_s"] for r in ranks),
-         **{k: e[k] for k in ("val_acc", "test_acc", "val_auroc", "test_auroc") if k in e}}
-        for i, e in enumerate(e0[:n_epochs])
-    ]  # fmt: skip
-    best = max(curve, key=lambda c: c.get("val_auroc", c.get("val_acc", 0.0)))
-    # every epoch after the first (the first also carries warm-up effects): a periodic run sends in its
-    # refresh epochs only, and a short run's timing window may hold none of them
-    traffic = [sum(r["epochs"][e]["fwd_bytes"] + r["epochs"][e]["bwd_bytes"] for r in ranks) for e in range(min(1, n_epochs - 1), n_epochs)]
-    bounds = [r["kernel_bound"]["bound_s"] for r in ranks if r.get("kernel_bound")]
-    bound = {}
-    if bounds:  # the slowest partition's kernels bound the epoch
-        bound = {"kernel_bound_s": max(bounds), "compute_over_bound": breakdown["compute_s"] / max(bounds)}
-    return {
-        "epoch_s": med(step),
-        "epoch_s_mean": statistics.fmean(step),
-        "breakdown": breakdown,
-        **bound,
-        "bytes_per_epoch": statistics.fmean(traffic),
-        "once_bytes": sum(r["epochs"][0]["once_bytes"] for r in ranks),
-        "final": {k: curve[-1][k] for k in curve[-1] if k not in ("epoch", "train_wall_s")},
-        "best_val": {k: best[k] for k in best if k != "train_wall_s"},
-        "curve": curve,
-        "peak_rss_mb": max(r["peak_rss_mb"] for r in ranks),
-        "peak_rss_mb_per_rank": [r["peak_rss_mb"] for r in ranks],
-        "total_s": max(r["total_s"] for r in ranks),
-    }
 
 
 def run_cell(
@@ -204,7 +171,7 @@ def run_single_baseline(graph: str, model: str, epochs: int, force: bool = False
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
         env.pop(key, None)
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_cell.py"), "--graph", graph, "--model", model,
+    cmd = [sys.executable, "-m", "benchmarks.bench_cell", "--graph", graph, "--model", model,
            "--baseline", "single", "--epochs", str(epochs), "--out", str(out), *extra]  # fmt: skip
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=7200)
     ranks = [json.loads((out / "rank0.json").read_text())]
@@ -223,8 +190,7 @@ def _sparse(a: argparse.Namespace) -> list[str]:
 def cmd_matrix(a: argparse.Namespace) -> None:
     if a.label and len(a.graph) > 1:
         raise SystemExit("--label names the results folder of one graph; pass one --graph")
-    cluster = None if a.local else Cluster()
-    try:
+    with cluster_for(a) as cluster:
         for graph in a.graph:
             for model in a.models:
                 for mode in a.modes:
@@ -232,24 +198,16 @@ def cmd_matrix(a: argparse.Namespace) -> None:
                         run_cell(graph, model, bits, mode, a.nodes, a.rate, a.epochs, cluster, a.force,
                                  extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden), *_sparse(a)],
                                  label=a.label)  # fmt: skip
-    finally:
-        if cluster:
-            cluster.down()
 
 
 def cmd_cell(a: argparse.Namespace) -> None:
-    cluster = None if a.local else Cluster()
-    try:
+    with cluster_for(a) as cluster:
         run_cell(a.graph[0], a.model, a.bits, a.mode, a.nodes, a.rate, a.epochs, cluster, a.force,
                  extra=["--eval-every", str(a.eval_every), "--hidden", str(a.hidden), *_sparse(a)], label=a.label)  # fmt: skip
-    finally:
-        if cluster:
-            cluster.down()
 
 
 def cmd_baselines(a: argparse.Namespace) -> None:
-    cluster = None if a.local else Cluster()
-    try:
+    with cluster_for(a) as cluster:
         for graph in a.graph:
             for model in a.models:
                 paths = a.single_paths if model != "gat" else ["edge_index"]  # GAT has no fused path
@@ -257,16 +215,13 @@ def cmd_baselines(a: argparse.Namespace) -> None:
                     run_single_baseline(graph, model, a.epochs, a.force, extra=["--sparse"] if path == "sparse" else [])
                 run_cell(graph, model, 32, "sync", a.nodes, a.rate, a.neighbor_epochs, cluster, a.force,
                          extra=["--baseline", "neighbor"], name=f"{model}-neighbor")  # fmt: skip
-    finally:
-        if cluster:
-            cluster.down()
 
 
 def cmd_scale(a: argparse.Namespace) -> None:
     """METIS time and peak memory of the generated graph, then training on more and more ranks."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cache = os.environ.get("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
-    probe = [sys.executable, str(ROOT / "benchmarks" / "scale_probe.py"), "--graph", a.graph[0], "--cache-dir", cache,
+    probe = [sys.executable, "-m", "benchmarks.scale_probe", "--graph", a.graph[0], "--cache-dir", cache,
              "--parts", *map(str, a.ranks)]  # fmt: skip
     res = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=7200, check=True)
     part = json.loads(res.stdout.strip().splitlines()[-1])
@@ -274,15 +229,11 @@ def cmd_scale(a: argparse.Namespace) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(part, indent=1))
     print(json.dumps(part, indent=1), flush=True)
-    cluster = None if a.local else Cluster()
-    try:
+    with cluster_for(a) as cluster:
         for nodes in a.ranks:
             for bits in a.scale_bits:
                 run_cell(a.graph[0], a.models[0], bits, "sync", nodes, a.rate, a.epochs, cluster, a.force,
                          extra=["--hidden", str(a.hidden), "--eval-every", str(a.eval_every)], timeout=7200)  # fmt: skip
-    finally:
-        if cluster:
-            cluster.down()
 
 
 def cmd_soak(a: argparse.Namespace) -> None:
@@ -291,13 +242,9 @@ def cmd_soak(a: argparse.Namespace) -> None:
     # RSS wander by tens of MB without any leak; a fixed threshold (as with jemalloc/tcmalloc) does not
     env = {"MALLOC_MMAP_THRESHOLD_": str(a.mmap_threshold)} if a.mmap_threshold else {}
     name = f"{a.models[0]}-soak{a.epochs}" + ("-mmap" if env else "")
-    cluster = None if a.local else Cluster()
-    try:
+    with cluster_for(a) as cluster:
         run_cell(a.graph[0], a.models[0], 1, "pipelined5", a.nodes, a.rate, a.epochs, cluster, a.force,
                  extra=["--eval-every", "50"], name=name, timeout=7200, env=env)  # fmt: skip
-    finally:
-        if cluster:
-            cluster.down()
     path = cell_path(a.graph[0], a.nodes, a.rate if cluster else "local", name)
     report = soak_summary(json.loads(path.read_text()))
     path.with_name(f"{name}-summary.json").write_text(json.dumps(report, indent=1))
@@ -376,5 +323,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

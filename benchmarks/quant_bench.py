@@ -15,9 +15,9 @@ so ratios to ``copy_`` compare like with like. Timings are the median of
 
 Usage::
 
-    python benchmarks/quant_bench.py                 # full default grid, both impls
-    python benchmarks/quant_bench.py --quick         # CI smoke (n=2e4)
-    python benchmarks/quant_bench.py --impl numba --n 1000000 --d 256 --bits 1 4
+    python -m benchmarks.quant_bench                 # full default grid, both impls
+    python -m benchmarks.quant_bench --quick         # CI smoke (n=2e4)
+    python -m benchmarks.quant_bench --impl numba --n 1000000 --d 256 --bits 1 4
 
 With CUDA available, a device section times the (compiled) torch path on the
 GPU against a device-to-device ``copy_`` (measured memory bandwidth).
@@ -36,9 +36,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lightning_halo.quant import dequantize, numba_available, quantize, row_nbytes, use_impl  # noqa: E402
+from lightning_halo.quant import dequantize, numba_available, quantize, row_nbytes, use_impl
 
 
 def _cpu_model() -> str:

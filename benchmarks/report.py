@@ -1,6 +1,6 @@
 """Plots (PNG) and the tables of docs/benchmarks.md from benchmarks/results/*.
 
-    python benchmarks/harness.py report
+    python -m benchmarks.harness report
 """
 
 from __future__ import annotations
@@ -10,18 +10,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-BITS = (32, 16, 8, 4, 2, 1)
-MODES = ("sync", "pipelined", "pipelined5", "periodic")
+from benchmarks.summary import BITS, MODES, summarise
+
 MODE_NAME = {"sync": "sync", "pipelined": "pipelined", "pipelined5": "pipelined + sync_every=5", "periodic": "periodic (refresh 5)"}
 PARTS = (("compute_s", "compute"), ("codec_s", "quantize/dequantize"), ("wait_s", "halo exchange wait"), ("allreduce_s", "gradient all-reduce"))
 
 
-failed: dict[str, list[dict[str, Any]]] = {}  # graph -> cells that did not finish, filled by load()
-
-
-def load(results: Path) -> dict[str, list[dict[str, Any]]]:
+def load(results: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """``(cells, failed)`` per graph: the finished cells (summaries recomputed) and the ones that did not finish."""
     cells: dict[str, list[dict[str, Any]]] = {}
-    failed.clear()
+    failed: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(results.glob("*/*/*.json")):
         if "tmp" in path.relative_to(results).parts or path.name.endswith("-summary.json"):
             continue
@@ -30,15 +28,13 @@ def load(results: Path) -> dict[str, list[dict[str, Any]]]:
             failed.setdefault(path.parts[-3], []).append(rec)
             continue
         if rec.get("ranks"):  # recompute: the summary rules may be newer than the run
-            from benchmarks.harness import summarise
-
             rec["summary"] = summarise(rec["ranks"])
             rec["hidden"] = rec["ranks"][0].get("config", {}).get("hidden")
             rec["sparse"] = bool(rec["ranks"][0].get("config", {}).get("sparse"))
         rec.pop("ranks", None)
         rec["path"] = str(path.relative_to(results))
         cells.setdefault(path.parts[-3], []).append(rec)
-    return cells
+    return cells, failed
 
 
 def _val_curve(c: dict[str, Any], x: str) -> tuple[list[float], list[float], str]:
@@ -377,7 +373,7 @@ def targets(graph: str, cells: list[dict[str, Any]]) -> str:
 
 
 def soak_section(results: Path, graph: str, img_dir: Path) -> list[str]:
-    """Resident memory per rank and bytes per epoch of the long pipelined 1-bit runs (``harness.py soak``)."""
+    """Resident memory per rank and bytes per epoch of the long pipelined 1-bit runs (``python -m benchmarks.harness soak``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,7 +416,7 @@ def soak_section(results: Path, graph: str, img_dir: Path) -> list[str]:
 
 
 def write_report(results: Path, page: Path) -> None:
-    cells = load(results)
+    cells, failed = load(results)
     # long-run (soak) cells have their own section and are not part of the matrix
     cells = {g: [c for c in recs if "soak" not in c.get("cell", "")] for g, recs in cells.items()}
     img_dir = page.parent / "img"

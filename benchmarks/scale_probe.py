@@ -4,7 +4,7 @@ Prints (and the harness stores) the load time, METIS time, halo-planning time, c
 edge cut, balance and peak RSS of one process. Building the caches here also means the ranks of
 the following multi-node runs only load their part instead of all partitioning at once.
 
-    python benchmarks/scale_probe.py --graph sbm --parts 2 4 8 --cache-dir /tmp/cache
+    python -m benchmarks.scale_probe --graph sbm --parts 2 4 8 --cache-dir /tmp/cache
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import json
 import resource
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.graphs import graph_source  # noqa: E402
-from lightning_halo import HaloDataModule  # noqa: E402
+from benchmarks.graphs import graph_source
+from lightning_halo import HaloDataModule
 
 
 def _rss_mb() -> float:

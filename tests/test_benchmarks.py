@@ -20,7 +20,7 @@ def _harness(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
                PYTHONPATH=str(ROOT))  # fmt: skip
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
         env.pop(key, None)
-    return env, [sys.executable, str(ROOT / "benchmarks" / "harness.py")]
+    return env, [sys.executable, "-m", "benchmarks.harness"]
 
 
 @pytest.mark.multiprocess
