@@ -11,22 +11,12 @@ import torch
 from lightning_halo import HaloDataModule, HaloPartition
 from lightning_halo.data.cache import PartitionCache
 from tests.support.graphs import awkward_graph
-
-
-class _FakeStrategy:
-    root_device = torch.device("cpu")
-
-
-class _FakeTrainer:
-    def __init__(self, world_size: int, rank: int = 0) -> None:
-        self.world_size, self.global_rank = world_size, rank
-        self.strategy = _FakeStrategy()
-        self.logger = None
+from tests.support.trainer import FakeTrainer
 
 
 def _dm(tmp_path, data=None, world_size: int = 2, rank: int = 0, **kw) -> HaloDataModule:
     dm = HaloDataModule(data if data is not None else awkward_graph(world_size), cache_dir=str(tmp_path), **kw)
-    dm.trainer = _FakeTrainer(world_size, rank)  # type: ignore[assignment]
+    dm.trainer = FakeTrainer(world_size, rank)  # type: ignore[assignment]
     return dm
 
 

@@ -19,21 +19,11 @@ from lightning_halo.data.offline import partition_to_dir
 from lightning_halo.data.partition_dir import read_manifest
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
 from tests.support.graphs import awkward_graph, cora
-
-
-class _FakeStrategy:
-    root_device = torch.device("cpu")
-
-
-class _FakeTrainer:
-    def __init__(self, world_size: int, rank: int = 0) -> None:
-        self.world_size, self.global_rank = world_size, rank
-        self.strategy = _FakeStrategy()
-        self.logger = None
+from tests.support.trainer import FakeTrainer
 
 
 def _setup(dm: HaloDataModule, world_size: int, rank: int) -> HaloPartition:
-    dm.trainer = _FakeTrainer(world_size, rank)  # type: ignore[assignment]
+    dm.trainer = FakeTrainer(world_size, rank)  # type: ignore[assignment]
     dm.prepare_data()
     dm.setup("fit")
     assert dm.partition is not None

@@ -21,3 +21,21 @@ def quiet_trainer(world_size: int, **kwargs: Any) -> L.Trainer:
     )
     options.update(kwargs)
     return L.Trainer(**options)
+
+
+class _FakeStrategy:
+    root_device = None
+
+    def __init__(self) -> None:
+        import torch
+
+        self.root_device = torch.device("cpu")
+
+
+class FakeTrainer:
+    """The few attributes ``HaloDataModule`` reads from its Trainer: run it as rank ``rank`` of ``world_size``."""
+
+    def __init__(self, world_size: int, rank: int = 0) -> None:
+        self.world_size, self.global_rank = world_size, rank
+        self.strategy = _FakeStrategy()
+        self.logger = None
