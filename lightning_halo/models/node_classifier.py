@@ -192,9 +192,16 @@ class GCN(NodeClassifier):
     """Two or more ``GCNConv`` layers (`Kipf & Welling <https://arxiv.org/abs/1609.02907>`_).
 
     Args:
-        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
-            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
-            ``weight_decay``, ``sparse``), with its defaults.
+        in_channels (int): input feature size.
+        out_channels (int): number of classes.
+        hidden_channels (int, optional): hidden size. (default: ``64``)
+        num_layers (int, optional): message-passing layers. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.01``)
+        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        sparse (bool, optional): pass the layers a cached sparse adjacency (see
+            :class:`NodeClassifier`). (default: ``False``)
 
     Example:
         >>> GCN(in_channels=1433, out_channels=7).gnn
@@ -208,9 +215,16 @@ class GraphSAGE(NodeClassifier):
     """``SAGEConv`` layers with mean aggregation (`Hamilton et al. <https://arxiv.org/abs/1706.02216>`_).
 
     Args:
-        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
-            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
-            ``weight_decay``, ``sparse``), with its defaults.
+        in_channels (int): input feature size.
+        out_channels (int): number of classes.
+        hidden_channels (int, optional): hidden size. (default: ``64``)
+        num_layers (int, optional): message-passing layers. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.01``)
+        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        sparse (bool, optional): pass the layers a cached sparse adjacency (see
+            :class:`NodeClassifier`). (default: ``False``)
 
     Example:
         >>> GraphSAGE(in_channels=1433, out_channels=7, num_layers=3).gnn
@@ -267,9 +281,16 @@ class GIN(NodeClassifier):
     """``GINConv`` layers with 2-layer MLPs (`Xu et al. <https://arxiv.org/abs/1810.00826>`_).
 
     Args:
-        **kwargs: the arguments of :class:`NodeClassifier` (``in_channels``, ``out_channels``,
-            ``hidden_channels``, ``num_layers``, ``dropout``, ``norm``, ``lr``,
-            ``weight_decay``, ``sparse``), with its defaults.
+        in_channels (int): input feature size.
+        out_channels (int): number of classes.
+        hidden_channels (int, optional): hidden size. (default: ``64``)
+        num_layers (int, optional): message-passing layers. (default: ``2``)
+        dropout (float, optional): dropout between layers. (default: ``0.5``)
+        norm (str, optional): ``None``, ``"batch"`` or ``"layer"``. (default: ``None``)
+        lr (float, optional): Adam learning rate. (default: ``0.01``)
+        weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        sparse (bool, optional): pass the layers a cached sparse adjacency (see
+            :class:`NodeClassifier`). (default: ``False``)
 
     Example:
         >>> GIN(in_channels=1433, out_channels=7).gnn
