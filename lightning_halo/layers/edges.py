@@ -227,7 +227,6 @@ def build_out_edges(
     got = exchanger.all_to_all_rows(list(torch.split(pairs, send_counts)), layer)
     got_attrs = {k: exchanger.all_to_all_rows(list(torch.split(v[r_edges], send_counts)), layer) for k, v in sorted(attrs.items())}
     inner_gid = gid[:n_inner]  # sorted by construction
-    halo_gids: list[Tensor] = []
     e_src, e_dst = [loc_src], [loc_dst]
     offset = n_inner
     recv_counts = []
@@ -235,7 +234,6 @@ def build_out_edges(
         g = got[q]
         tgt = torch.searchsorted(inner_gid, g[:, 0].contiguous())
         uniq, inv = torch.unique(g[:, 1], return_inverse=True)  # sorted global ids of q's nodes
-        halo_gids.append(uniq)
         recv_counts.append(int(uniq.numel()))
         e_src.append(offset + inv)
         e_dst.append(tgt)
