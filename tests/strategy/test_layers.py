@@ -4,7 +4,8 @@ Each supported PyG layer class (and the variants that change how it runs: revers
 aggregation, cached, ...) runs in a two-conv model (with edge attributes or relation types
 where the layer takes them) on a directed graph with isolated nodes; logits, loss, gradients
 and parameters after 3 Adam steps must equal plain PyG. Layers that propagate several times
-per call (and the other layers new in this release) run at 1-4 processes, the rest at 2 and 3.
+per call (and the other layers new in this release) run at 1-4 processes, the rest at 2 and 3;
+PyG's ready models (``torch_geometric.nn.models`` with ``jk`` and norms) at 1-4.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import lightning_halo
-from tests.support.models import LAYER_VARIANTS
+from tests.support.models import LAYER_VARIANTS, READY_MODELS
 from tests.support.parity import assert_parity, run_parity
 
 NEW = {"APPNP", "SGConv", "SSGConv", "TAGConv", "ARMAConv", "GatedGraphConv", "MixHopConv", "GCN2Conv", "FAConv",
@@ -22,7 +23,8 @@ ALL = [*lightning_halo.supported_layers(), *LAYER_VARIANTS]
 
 def _configs(world_size: int) -> list[str]:
     names = ALL if world_size in (2, 3) else [n for n in ALL if n in NEW]
-    return [f"layer:{name}:awkward" for name in names]
+    # and PyG's ready models (jumping knowledge, node-wise layer norm, GATv2, EdgeCNN), as PyG ships them
+    return [f"layer:{name}:awkward" for name in names] + [f"model:{name}:awkward" for name in READY_MODELS]
 
 
 @pytest.mark.multiprocess

@@ -240,10 +240,39 @@ def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tenso
     return torch.bincount(deg)
 
 
+class ReadyModel(nn.Module):
+    """A model of ``torch_geometric.nn.models`` as PyG ships it, called with ``(x, edge_index)``."""
+
+    def __init__(self, name: str, d_in: int, n_cls: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import models as m
+
+        self.n_cls = n_cls
+        make = {
+            "GCN-jk-cat": lambda: m.GCN(d_in, 16, 3, n_cls, jk="cat"),
+            "GraphSAGE-jk-lstm": lambda: m.GraphSAGE(d_in, 16, 3, n_cls, jk="lstm"),
+            "GIN-jk-max-layernorm": lambda: m.GIN(d_in, 16, 3, n_cls, jk="max", norm="layer_norm",
+                                                 norm_kwargs={"mode": "node"}),  # fmt: skip
+            "GAT-v2": lambda: m.GAT(d_in, 16, 2, n_cls, v2=True, heads=2),
+            "EdgeCNN": lambda: m.EdgeCNN(d_in, 16, 2, n_cls),
+        }
+        self.net = make[name]()
+
+    def forward(self, x, edge_index, edge_attr=None, edge_type=None):
+        return self.net(x, edge_index)
+
+
+READY_MODELS = ("GCN-jk-cat", "GraphSAGE-jk-lstm", "GIN-jk-max-layernorm", "GAT-v2", "EdgeCNN")
+
+
 def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
-    """``spec`` is ``kind:depth`` for the four main models or ``layer:<ClassName>``; dtype follows ``data.x``."""
+    """``spec`` is ``kind:depth`` for the four main models, ``layer:<ClassName>`` or ``model:<ready model>``;
+    dtype follows ``data.x``."""
     a, b = spec.split(":", 1)
     n_cls = int(data.y.max()) + 1
+    if a == "model":
+        torch.manual_seed(seed)
+        return ReadyModel(b, data.num_features, n_cls).to(data.x.dtype)
     if a == "layer":
         torch.manual_seed(seed)
         deg = in_degree_histogram(data.edge_index, data.num_nodes)
