@@ -270,6 +270,8 @@ class HaloQuantStrategy(DDPStrategy):
         log.debug("lightning-halo: hooked %s", {h.name: h.kind for h in self._hooks})
 
     def _warn_graph_norms(self, module: torch.nn.Module) -> None:
+        if self.world_size == 1:  # the partition is the whole graph: every norm sees what it would alone
+            return
         sync_bn = bool(self._layer_sync)
         for name, sub in module.named_modules():
             cls = type(sub).__name__
@@ -288,7 +290,7 @@ class HaloQuantStrategy(DDPStrategy):
                     "per-node mode; node-wise norms (LayerNorm(mode='node')) are exact on partitions.",
                     stacklevel=2,
                 )
-            elif isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and not sync_bn and self.world_size > 1:
+            elif isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and not sync_bn:
                 fix = (
                     "pass Trainer(sync_batchnorm=True) for whole-graph statistics"
                     if self.root_device.type == "cuda"
