@@ -60,6 +60,9 @@ def cluster():
         subprocess.run([script, "down"], capture_output=True, text=True, timeout=300)
 
 
+_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+
+
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
@@ -78,7 +81,10 @@ def _fit_args(out: Path) -> list[str]:
 def test_srun_two_nodes_equals_two_local_processes(cluster: str, tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("lightning-halo")
     cache = tmp_path / "cache"  # one cache on the shared file system: both nodes write it atomically
-    env = f"export LIGHTNING_HALO_CACHE={cache} PYTHONPATH={ROOT} OMP_NUM_THREADS=1; "
+    # srun exports this shell's environment to the job: a MASTER_ADDR left here would send the
+    # second node's rank to its own loopback and wait there.
+    unset = "unset " + " ".join(_RENDEZVOUS) + "; "
+    env = f"{unset}export LIGHTNING_HALO_CACHE={cache} PYTHONPATH={ROOT} OMP_NUM_THREADS=1; "
     nic = "export GLOO_SOCKET_IFNAME=$(ip -o link | grep -o 'hn[0-9]*' | head -1); "
     job = " ".join([str(exe), *_fit_args(tmp_path / "slurm"), "--trainer.devices", "1", "--trainer.num_nodes", "2"])
     result = subprocess.run(
@@ -90,7 +96,7 @@ def test_srun_two_nodes_equals_two_local_processes(cluster: str, tmp_path: Path)
     out = result.stdout + result.stderr
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in out and "lightning-halo traffic" in out
     local_env = dict(os.environ, LIGHTNING_HALO_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("SLURM_NTASKS", "SLURM_JOB_NAME", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+    for key in ("SLURM_NTASKS", "SLURM_JOB_NAME", *_RENDEZVOUS):
         local_env.pop(key, None)
     local = subprocess.run(
         [str(exe), *_fit_args(tmp_path / "local"), "--trainer.devices", "2"],
