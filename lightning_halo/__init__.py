@@ -32,6 +32,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
         "lightning_halo.layers": [
             "UnsupportedEdgesError",
             "UnsupportedLayerError",
+            "register_aggregation",
             "register_layer",
             "supported_layers",
             "unsupported_layers",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these stat
     from lightning_halo.layers import (
         UnsupportedEdgesError,
         UnsupportedLayerError,
+        register_aggregation,
         register_layer,
         supported_layers,
         unsupported_layers,

@@ -31,7 +31,7 @@ from lightning_halo.quant import SUPPORTED_BITS
 
 log = logging.getLogger(__name__)
 
-_GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm")
+_GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
 
 
 def _check_bits(name: str, value: Optional[int]) -> None:

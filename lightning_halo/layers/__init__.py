@@ -4,6 +4,7 @@ from lightning_halo.layers.edges import UnsupportedEdgesError
 from lightning_halo.layers.registry import (
     UnsupportedLayerError,
     layer_kind,
+    register_aggregation,
     register_layer,
     supported_layers,
     unsupported_layers,
@@ -14,6 +15,7 @@ __all__ = [
     "UnsupportedEdgesError",
     "UnsupportedLayerError",
     "layer_kind",
+    "register_aggregation",
     "register_layer",
     "supported_layers",
     "unsupported_layers",

@@ -37,8 +37,10 @@ from lightning_halo.layers.registry import (
     LayerSpec,
     Norm,
     UnsupportedLayerError,
+    class_propagate_fuses,
     clear_caches,
     layer_spec,
+    refused_instance,
     refused_wrapper,
 )
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -195,6 +197,7 @@ class LayerHook:
         self.kind = spec.kind
         self._stack: list[Optional[_Active]] = []
         self._handles: list[Any] = []
+        self._cached_first: Optional[tuple[str, Optional[Tensor]]] = None  # cached=True: its first call's edges
         sig = _signature(module)
         if "x" not in sig.parameters or "edge_index" not in sig.parameters:
             raise UnsupportedLayerError(
@@ -214,6 +217,7 @@ class LayerHook:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._cached_first = None
         clear_caches(self.module)  # a partition's partial results must not outlive the run
 
     @property
@@ -312,6 +316,8 @@ class LayerHook:
                 f"layer '{self.name}': learned edge weights with a normalisation would need gradients of remote "
                 "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
             )
+        if norm is not None and getattr(module, "cached", False):
+            self._check_cached(target.key, weight)
         n_dst = n_src if feed == "full" else n_inner
         reduce, why = self._fused_reduce(module, weight, t2s, x)
         canonical = ctx.edges.sparse_edges() if res.sparse else target.edge_index
@@ -356,6 +362,29 @@ class LayerHook:
         self._stack.append(act)
         return bound.args, bound.kwargs
 
+    def _check_cached(self, edges: str, weight: Optional[Tensor]) -> None:
+        """A ``cached=True`` layer must see the edges and weights of its first call every time.
+
+        PyG normalises on the first call and reuses that result, edges included, on every later
+        one; lightning-halo normalises each call, so a change would be honoured here and ignored
+        on one process. Refused instead of differing.
+        """
+        seen = self._cached_first
+        if seen is None:
+            self._cached_first = (edges, None if weight is None else weight.detach().clone())
+            return
+        w0 = seen[1]
+        same_weight = (weight is None and w0 is None) or (
+            weight is not None and w0 is not None and weight.shape == w0.shape and torch.equal(weight.detach(), w0)
+        )
+        if seen[0] != edges or not same_weight:
+            what = "edges" if seen[0] != edges else "edge weights"
+            raise UnsupportedLayerError(
+                f"layer '{self.name}' ({self._cls}) has cached=True and was called with other {what} than on its "
+                "first call: PyG reuses the first call's normalised edges and weights on every later call, so on one "
+                "process these would be ignored. Set cached=False when edges or weights change between calls."
+            )
+
     def _fused_reduce(self, module: Module, weight: Optional[Tensor], t2s: bool, x: Any) -> tuple[Optional[str], str]:
         """The fused kernel's aggregation for this call, or ``(None, why not)``."""
         ctx = self.ctx
@@ -363,7 +392,12 @@ class LayerHook:
             return None, "aggregation='edge_index'"
         reduce = self.spec.reduce(module)
         why = ""
-        if reduce is None:
+        if reduce is None and self.spec.fused is not None and not class_propagate_fuses(type(module)):
+            why = (
+                "PyG generated its class's propagate without the fused branch (the first instance built in this "
+                "process could not fuse)"
+            )
+        elif reduce is None:
             why = "it has no fused sparse aggregation in PyG (per-edge computation)"
         elif t2s:
             why = "flow='target_to_source' (PyG has no sparse path for it)"
@@ -456,11 +490,18 @@ class LayerHook:
                     f"layer '{self.name}' propagated `{name}` with {src.size(node_dim)} rows, but this rank owns "
                     f"{act.n_inner} nodes; a 'steps' layer must propagate tensors of its inner nodes."
                 )
+            if act.t2s and value is not src:
+                # PyG's generated propagate reads a pair as (sources, targets) and sizes its output by
+                # the pair's first entry whatever the flow: a partition's pair cannot satisfy both.
+                raise UnsupportedLayerError(
+                    f"layer '{self.name}' ({self._cls}) propagates the pair `{name}` with flow='target_to_source', "
+                    "which PyG cannot size on a partition; use the default flow (e.g. on edge_index.flip(0))."
+                )
             full = _fetch_along(ex, src, node_dim, layer, act.plan, act.exact)
-            if fused:
-                kwargs[name] = full
+            if fused or act.t2s:
+                kwargs[name] = full  # under target_to_source the explicit size below sets the output rows
             else:
-                kwargs[name] = (dst, full) if act.t2s else (full, dst)
+                kwargs[name] = (full, dst)
         n_src = act.n_inner + ex.plan(act.plan).n_halo
         size = (act.n_inner, n_src) if act.t2s else (n_src, act.n_inner)
         return edge_index, None if fused else size, kwargs
@@ -517,6 +558,11 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
         if why is not None:
             raise UnsupportedLayerError(f"'{name}' ({type(module).__name__}) cannot run on graph partitions: {why}.")
     layers = find_message_passing(model)
+    for name, layer in layers.items():
+        layer_spec(layer)  # an unknown or refused class first: its error says more
+        why = refused_instance(layer)
+        if why is not None:
+            raise UnsupportedLayerError(f"layer '{name}' ({type(layer).__name__}) cannot run on graph partitions: {why}.")
     if not layers and require_layers:
         raise UnsupportedLayerError(
             f"{type(model).__name__} has no torch_geometric MessagePassing layer (GCNConv, SAGEConv, ...): "

@@ -17,10 +17,17 @@ refused: a multi-hop layer registered as single-step would read halo rows that n
 updated), its normalisation (computed exactly on the partition, see
 :mod:`lightning_halo.layers.normalize`), and whether it can aggregate with the fused sparse
 kernel (:mod:`lightning_halo.layers.fused`).
+
+Some refusals depend on an instance's options rather than its class (:func:`refused_instance`):
+an aggregation whose result for a node depends on the other nodes of the call (``aggr="lstm"``
+pads every neighbourhood to the largest in-degree among the nodes it sees), or an option whose
+PyG implementation reads the degrees or edges of the message *sources* under
+``flow="target_to_source"``.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional, Union
 
@@ -101,7 +108,28 @@ class LayerSpec:
             return None
         if getattr(module, "decomposed_layers", 1) != 1 or getattr(module, "explain", False):
             return None
+        if not class_propagate_fuses(type(module)):
+            return None
         return self.fused(module)
+
+
+_PROPAGATE_FUSES: dict[type, bool] = {}
+
+
+def class_propagate_fuses(cls: type) -> bool:
+    """Whether the class's ``propagate`` has its fused branch.
+
+    PyG generates one ``propagate`` per class from a template when the first instance is built,
+    with that instance's ``fuse``: after e.g. ``SAGEConv(aggr=SoftmaxAggregation())`` every
+    later ``SAGEConv(aggr="mean")`` of the process has a propagate that raises on a sparse input.
+    """
+    if cls not in _PROPAGATE_FUSES:
+        try:
+            source = inspect.getsource(cls.propagate)
+        except (OSError, TypeError):
+            source = ""  # not generated (or no source): PyG's generic propagate checks `fuse` per call
+        _PROPAGATE_FUSES[cls] = "'message_and_aggregate' not implemented" not in source
+    return _PROPAGATE_FUSES[cls]
 
 
 @dataclass
@@ -110,6 +138,7 @@ class _Registry:
     refused: dict[type, str] = field(default_factory=dict)
     wrappers: dict[str, str] = field(default_factory=dict)  # non-MessagePassing modules of nn.conv
     refused_wrappers: dict[str, str] = field(default_factory=dict)
+    aggregations: set[type] = field(default_factory=set)  # custom aggregations declared exact
 
 
 _REG = _Registry()
@@ -287,6 +316,87 @@ def _register_builtin() -> None:
 _register_builtin()
 
 
+# Aggregations whose output for a node is a function of that node's messages alone (checked
+# against single-process PyG on partitions). The others see the whole call: sequence models
+# over neighbourhoods padded to the call's largest in-degree, or terms over all nodes.
+_LOCAL_AGGREGATIONS = {
+    "SumAggregation", "MeanAggregation", "MaxAggregation", "MinAggregation", "MulAggregation", "VarAggregation",
+    "StdAggregation", "SoftmaxAggregation", "PowerMeanAggregation", "MedianAggregation", "QuantileAggregation",
+    "AttentionalAggregation", "DeepSetsAggregation", "MLPAggregation", "SetTransformerAggregation",
+    "GraphMultisetTransformer", "VariancePreservingAggregation", "DegreeScalerAggregation", "MultiAggregation",
+    "SortAggregation", "Set2Set", "FusedAggregation", "GlobalAttention",
+}  # fmt: skip
+_CALL_WIDE_AGGREGATIONS = {
+    "LSTMAggregation": "its LSTM runs over every neighbourhood padded to the largest in-degree among the nodes of "
+    "the call, so a node's output depends on which nodes share its partition",
+    "GRUAggregation": "its GRU runs over every neighbourhood padded to the largest in-degree among the nodes of the "
+    "call, so a node's output depends on which nodes share its partition",
+    "LCMAggregation": "its tree depth follows the largest in-degree among the nodes of the call",
+    "EquilibriumAggregation": "its regulariser is a mean over all nodes of the call",
+    "PatchTransformerAggregation": "it pads neighbourhoods to the largest in-degree of the call",
+}
+
+
+def register_aggregation(cls: type) -> None:
+    """Declare a custom :class:`~torch_geometric.nn.aggr.Aggregation` exact on partitions.
+
+    Declare it only if its output for a node depends on that node's messages alone (not on the
+    number of nodes of the call, their largest in-degree or any term over all of them).
+
+    Example:
+        >>> from torch_geometric.nn.aggr import Aggregation
+        >>> class MyAggr(Aggregation): ...
+        >>> register_aggregation(MyAggr)
+    """
+    from torch_geometric.nn.aggr import Aggregation
+
+    if not (isinstance(cls, type) and issubclass(cls, Aggregation)):
+        raise TypeError(f"register_aggregation expects an Aggregation subclass, got {cls!r}")
+    _REG.aggregations.add(cls)
+
+
+def _refused_aggregation(module: Module) -> Optional[str]:
+    from torch_geometric.nn.aggr import Aggregation
+
+    for sub in module.modules():
+        if not isinstance(sub, Aggregation) or type(sub) in _REG.aggregations:
+            continue
+        name = type(sub).__name__
+        builtin = type(sub).__module__.startswith("torch_geometric.")
+        if builtin and name in _CALL_WIDE_AGGREGATIONS:
+            return f"its aggregation {name} is not exact on a partition: {_CALL_WIDE_AGGREGATIONS[name]}"
+        if not (builtin and name in _LOCAL_AGGREGATIONS):
+            return (
+                f"lightning-halo cannot tell whether its aggregation {name} gives a node the same result on a "
+                "partition (it is exact only if a node's output depends on that node's messages alone); if it does, "
+                f"declare it: lightning_halo.register_aggregation({name})"
+            )
+    return None
+
+
+def refused_instance(module: Module) -> Optional[str]:
+    """Why this instance of a supported layer cannot run exactly on a partition (its options), or None."""
+    why = _refused_aggregation(module)
+    if why is not None:
+        return why
+    if getattr(module, "flow", "source_to_target") != "target_to_source":
+        return None
+    name = type(module).__name__
+    if name == "ClusterGCNConv" and type(module).__module__.startswith("torch_geometric."):
+        return (
+            "with flow='target_to_source' PyG weights its messages by the degree of their sources, which a partition "
+            "does not hold; use the default flow (e.g. on edge_index.flip(0))"
+        )
+    fill = getattr(module, "fill_value", None)
+    if isinstance(fill, str) and getattr(module, "add_self_loops", False) and getattr(module, "edge_dim", None):
+        return (
+            f"with flow='target_to_source', its self-loops' edge attributes (fill_value={fill!r}) reduce the "
+            "attributes of the edges of the message sources, which a partition does not hold; pass a number or a "
+            "tensor as fill_value, or use the default flow"
+        )
+    return None
+
+
 def register_layer(
     cls: type,
     kind: LayerKind,
@@ -360,9 +470,22 @@ def layer_kind(module: Module) -> LayerKind:
     return layer_spec(module).kind
 
 
+_COARSENING = (
+    "it coarsens the graph (keeps or merges nodes and edges chosen over the whole graph), which a partition "
+    "cannot do alone; partitioned training supports node-level models"
+)
+
+
 def refused_wrapper(module: Module) -> Optional[str]:
-    """Why a non-message-passing module of ``torch_geometric.nn.conv`` (e.g. ``GPSConv``) is refused, or None."""
-    return _REG.refused_wrappers.get(type(module).__name__) if type(module).__module__.startswith("torch_geometric") else None
+    """Why a non-message-passing module of PyG (e.g. ``GPSConv``, a pooling layer) is refused, or None."""
+    cls = type(module)
+    if not cls.__module__.startswith("torch_geometric"):
+        return None
+    if cls.__module__.startswith("torch_geometric.nn.pool") and cls.__name__.endswith("Pooling"):
+        return _COARSENING
+    if cls.__name__ == "GraphUNet":
+        return _COARSENING
+    return _REG.refused_wrappers.get(cls.__name__)
 
 
 def supported_layers() -> dict[str, LayerKind]:
@@ -442,12 +565,15 @@ __all__ = [
     "LayerSpec",
     "Norm",
     "UnsupportedLayerError",
+    "class_propagate_fuses",
     "clear_caches",
     "fusable",
     "layer_table",
     "layer_kind",
     "layer_spec",
+    "refused_instance",
     "refused_wrapper",
+    "register_aggregation",
     "register_layer",
     "supported_layers",
     "unsupported_layers",
