@@ -21,7 +21,9 @@ def load(results: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list
     cells: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(results.glob("*/*/*.json")):
-        if "tmp" in path.relative_to(results).parts or path.name.endswith("-summary.json"):
+        parts = path.relative_to(results).parts
+        # tmp/: scratch; memory/: the memory benchmark's own records (benchmarks.memory reports them)
+        if "tmp" in parts or parts[0] == "memory" or path.name.endswith("-summary.json"):
             continue
         rec = json.loads(path.read_text())
         if "failed" in rec:
