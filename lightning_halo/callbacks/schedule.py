@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lightning_halo.callbacks.reduced import log_reduced
 from lightning_halo.exchange import StepMode
 
 Mode = Literal["sync", "pipelined", "periodic"]
@@ -101,13 +102,10 @@ class HaloSchedule(Callback):
     ) -> None:
         ex = trainer.strategy.exchanger  # type: ignore[attr-defined]
         stale = ex.staleness()
-        # The same on every rank (decided by the epoch number); sync_dist with "max" says so to
-        # Lightning, which otherwise warns that epoch-level values are not reduced across ranks.
-        kw: dict[str, Any] = {"on_step": False, "on_epoch": True, "sync_dist": True, "reduce_fx": "max", "batch_size": 1}
-        pl_module.log("halo/mode", float(_MODE_CODE[ex.mode]), **kw)
-        pl_module.log("halo/staleness", float(max(stale, default=0)), prog_bar=True, **kw)
-        for layer, value in zip(ex.slot_layers(), stale):
-            pl_module.log(f"halo/staleness/{layer}", float(value), **kw)
+        # The same on every rank (decided by the epoch number): nothing to reduce across ranks.
+        log_reduced(pl_module, {"halo/mode": _MODE_CODE[ex.mode]}, reduce_fx="max")
+        log_reduced(pl_module, {"halo/staleness": max(stale, default=0)}, reduce_fx="max", prog_bar=True)
+        log_reduced(pl_module, {f"halo/staleness/{layer}": v for layer, v in zip(ex.slot_layers(), stale)}, reduce_fx="max")
 
     @override
     def state_dict(self) -> dict[str, Any]:

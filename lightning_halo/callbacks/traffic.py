@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
+from lightning_halo.callbacks.reduced import all_ranks, log_reduced
 from lightning_halo.exchange import HaloExchanger, TrafficMeter
 
 _MB = 1e6
@@ -63,22 +64,19 @@ class HaloTrafficLogger(Callback):
         if ex is None:
             return
         m = ex.meter
-        fwd = TrafficMeter.sum_direction(m.epoch, "fwd")
-        bwd = TrafficMeter.sum_direction(m.epoch, "bwd")
-        values = {
-            "halo/fwd_bytes": fwd,
-            "halo/bwd_bytes": bwd,
-            "halo/fwd_fp32_bytes": TrafficMeter.sum_direction(m.epoch_fp32, "fwd"),
-            "halo/bwd_fp32_bytes": TrafficMeter.sum_direction(m.epoch_fp32, "bwd"),
-        }
-        for key, value in values.items():
-            pl_module.log(key, float(value), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True, batch_size=1)
-        pl_module.log(
-            "halo/MB", (fwd + bwd) / _MB, on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True, prog_bar=True,
-            batch_size=1,
-        )
-        for key, value in (("halo/wait_s", m.epoch_wait_s), ("halo/codec_s", m.epoch_codec_s)):
-            pl_module.log(key, value, on_step=False, on_epoch=True, reduce_fx="max", sync_dist=True, batch_size=1)
+        local = torch.tensor(
+            [TrafficMeter.sum_direction(m.epoch, "fwd"), TrafficMeter.sum_direction(m.epoch, "bwd"),
+             TrafficMeter.sum_direction(m.epoch_fp32, "fwd"), TrafficMeter.sum_direction(m.epoch_fp32, "bwd"),
+             m.epoch_wait_s, m.epoch_codec_s],
+            dtype=torch.float64,
+        )  # fmt: skip
+        ranks = all_ranks(trainer, local)  # one collective for all of this epoch's figures
+        fwd, bwd, fwd32, bwd32 = ranks[:, :4].sum(0).tolist()
+        wait_s, codec_s = ranks[:, 4:].max(0).values.tolist()
+        log_reduced(pl_module, {"halo/fwd_bytes": fwd, "halo/bwd_bytes": bwd, "halo/fwd_fp32_bytes": fwd32,
+                                "halo/bwd_fp32_bytes": bwd32}, reduce_fx="sum")  # fmt: skip
+        log_reduced(pl_module, {"halo/MB": (fwd + bwd) / _MB}, reduce_fx="sum", prog_bar=True)
+        log_reduced(pl_module, {"halo/wait_s": wait_s, "halo/codec_s": codec_s}, reduce_fx="max")
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -38,13 +38,14 @@ class _Base(L.LightningModule):
 class APPNPNet(_Base):
     """Predict then propagate (Gasteiger et al. 2019): an MLP, then 10 propagation steps in one layer."""
 
-    def __init__(self, d_in: int, hidden: int, n_cls: int, k: int = 10, alpha: float = 0.1, dropout: float = 0.5):
+    def __init__(self, d_in: int, hidden: int, n_cls: int, k: int = 10, alpha: float = 0.1, dropout: float = 0.5,
+                 input_dropout: float = 0.0):  # fmt: skip
         super().__init__(n_cls)
         self.lin1, self.lin2 = nn.Linear(d_in, hidden), nn.Linear(hidden, n_cls)
-        self.prop, self.dropout = APPNP(K=k, alpha=alpha), dropout
+        self.prop, self.dropout, self.input_dropout = APPNP(K=k, alpha=alpha), dropout, input_dropout
 
     def forward(self, x, edge_index):
-        x = F.dropout(x, self.dropout, self.training)
+        x = F.dropout(x, self.input_dropout, self.training)
         x = F.dropout(self.lin1(x).relu(), self.dropout, self.training)
         return self.prop(self.lin2(x), edge_index)
 
@@ -53,14 +54,14 @@ class GCNIINet(_Base):
     """GCNII (Chen et al. 2020): initial residual and identity mapping over 8 GCN2Conv layers."""
 
     def __init__(self, d_in: int, hidden: int, n_cls: int, layers: int = 8, alpha: float = 0.1, theta: float = 0.5,
-                 dropout: float = 0.6):  # fmt: skip
+                 dropout: float = 0.6, input_dropout: float = 0.0):  # fmt: skip
         super().__init__(n_cls)
         self.lin1, self.lin2 = nn.Linear(d_in, hidden), nn.Linear(hidden, n_cls)
         self.convs = nn.ModuleList(GCN2Conv(hidden, alpha, theta, layer=i + 1) for i in range(layers))
-        self.dropout = dropout
+        self.dropout, self.input_dropout = dropout, input_dropout
 
     def forward(self, x, edge_index):
-        x = F.dropout(x, self.dropout, self.training)
+        x = F.dropout(x, self.input_dropout, self.training)
         x0 = h = self.lin1(x).relu()
         for conv in self.convs:
             h = F.dropout(h, self.dropout, self.training)
