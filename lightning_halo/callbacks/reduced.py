@@ -19,7 +19,8 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 # Lightning warns for epoch-level values logged without sync_dist; these are already reduced.
-_NOT_SYNCED_WARNING = r"It is recommended to use `self\.log\('halo/"
+# Installed once here, not per log call: every filterwarnings call resets the warning caches.
+warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('halo/", category=PossibleUserWarning)
 
 
 def all_ranks(trainer: pl.Trainer, local: torch.Tensor) -> torch.Tensor:
@@ -43,7 +44,6 @@ def log_reduced(pl_module: pl.LightningModule, values: Mapping[str, float], redu
 
     ``reduce_fx`` combines the steps of one epoch (one step with :class:`HaloDataModule`).
     """
-    warnings.filterwarnings("ignore", message=_NOT_SYNCED_WARNING, category=PossibleUserWarning)
     for key, value in values.items():
         pl_module.log(key, float(value), on_step=False, on_epoch=True, reduce_fx=reduce_fx, sync_dist=False,
                       batch_size=1, **kwargs)  # fmt: skip
