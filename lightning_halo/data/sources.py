@@ -82,6 +82,9 @@ def is_graph_dir(path: str | os.PathLike) -> bool:
     return p.is_dir() and not is_partition_dir(p) and any(p.glob("*.npy"))
 
 
+_CONVENTIONAL_ORDER = ("x", "edge_index", "edge_attr", "y", *MASK_KEYS)
+
+
 def load_npy_graph(path: str | os.PathLike, mmap_mode: Optional[str] = "c") -> Data:
     """A graph directory as a :class:`~torch_geometric.data.Data` of memory-mapped tensors.
 
@@ -97,7 +100,11 @@ def load_npy_graph(path: str | os.PathLike, mmap_mode: Optional[str] = "c") -> D
         torch.Size([2708, 1433])
     """
     directory = Path(path)
-    files = {f.stem: f for f in sorted(directory.glob("*.npy"))}
+    found = {f.stem: f for f in directory.glob("*.npy")}
+    # A directory has no attribute order: PyG's usual one first, the rest by name, so the same
+    # graph read from a directory or from memory gives partitions with the same layout.
+    first = [key for key in _CONVENTIONAL_ORDER if key in found]
+    files = {key: found[key] for key in first + sorted(set(found) - set(first))}
     for required in ("edge_index", "x"):
         if required not in files:
             raise GraphValidationError(

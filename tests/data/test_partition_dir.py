@@ -31,9 +31,10 @@ def _setup(dm: HaloDataModule, world_size: int, rank: int) -> HaloPartition:
 
 
 def assert_same_partition(a: HaloPartition, b: HaloPartition) -> None:
-    """Same attributes in the same order, same dtypes, shapes and bits."""
-    assert list(a.keys()) == list(b.keys())
-    for key in a.keys():
+    """Same attributes in the same (storage) order, same dtypes, shapes and bits."""
+    # not `keys()`: PyG returns those through a set, whose order is not the storage order
+    assert list(a.to_dict()) == list(b.to_dict())
+    for key in a.to_dict():
         va, vb = a[key], b[key]
         if isinstance(va, torch.Tensor):
             assert va.dtype == vb.dtype and va.shape == vb.shape, key
