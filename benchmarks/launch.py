@@ -33,6 +33,7 @@ def run_workers(
     until_rank_exits: int | None = None,
     preload: Sequence[str] = (),
     cwd: Path | None = None,
+    stream: bool = False,
 ) -> list[subprocess.CompletedProcess]:
     """Run ``python *args`` as ``world_size`` ranks of one job; kill all on timeout or first failure.
 
@@ -41,7 +42,9 @@ def run_workers(
     the remaining ranks as soon as rank ``r`` has exited.
 
     Each rank gets MASTER_ADDR/PORT, WORLD_SIZE, RANK, LOCAL_RANK, so Lightning treats the
-    processes as externally launched. Returns the completed processes (stdout/stderr text).
+    processes as externally launched. Returns the completed processes (stdout/stderr text), or
+    with ``stream=True`` lets the ranks write to this process's stdout and stderr as they run
+    (long benchmarks; nothing is captured then, and the ranks are always fresh interpreters).
 
     ``preload`` (module names): fork the ranks from a server process that imported these once
     (:mod:`multiprocessing`'s forkserver) instead of starting fresh interpreters. Importing
@@ -70,6 +73,10 @@ def run_workers(
         e.pop("SLURM_NTASKS", None)
         if env:
             e.update(env)
+        if stream:
+            logs.append(None)
+            procs.append(subprocess.Popen([sys.executable, *args], env=e, cwd=cwd or REPO))
+            continue
         out_path = (log_dir or Path(os.environ.get("TMPDIR", "/tmp"))) / f"worker-{port}-{rank}.log"
         f = open(out_path, "w+")
         logs.append(f)
@@ -95,9 +102,11 @@ def run_workers(
     results = []
     for p, f in zip(procs, logs):
         p.wait()
-        f.seek(0)
-        text = f.read()
-        f.close()
+        text = ""
+        if f is not None:
+            f.seek(0)
+            text = f.read()
+            f.close()
         results.append(subprocess.CompletedProcess(p.args, p.returncode, text, ""))
     return results
 

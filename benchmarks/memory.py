@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -215,33 +214,15 @@ def cmd_partition(a: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------- train
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(args: list[str], world: int, timeout: float, code: Optional[str] = None) -> None:
-    """This script with ``args`` as ``world`` local ranks (env rendezvous, as torchrun)."""
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
-                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0", GROUP_RANK="0",
-                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [code, str(ROOT)])))  # fmt: skip
-        env.pop("SLURM_NTASKS", None)
-        # by path, not -m: sys.path[0] is then benchmarks/, so `code` (if given) supplies lightning_halo
-        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], env=env, cwd=ROOT))
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
-            time.sleep(3)
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            break
-        time.sleep(0.5)
-    codes = [p.wait() for p in procs]
+    """This script with ``args`` as ``world`` local ranks (env rendezvous, as torchrun), fresh interpreters."""
+    from benchmarks.launch import run_workers  # here: a rank may run with another checkout first on its path
+
+    # by path, not -m: sys.path[0] is then benchmarks/, so `code` (if given) supplies lightning_halo
+    pythonpath = os.pathsep.join(filter(None, [code, str(ROOT)]))
+    results = run_workers([str(Path(__file__).resolve()), *args], world, timeout, env={"PYTHONPATH": pythonpath},
+                          stream=True)  # fmt: skip
+    codes = [r.returncode for r in results]
     if any(codes):
         raise SystemExit(f"ranks failed: exit codes {codes}")
 

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_halo.callbacks.reduced import log_reduced
-from lightning_halo.exchange import StepMode
+from lightning_halo.exchange import StepMode, check_smoothing
 
 Mode = Literal["sync", "pipelined", "periodic"]
 _MODE_CODE = {"sync": 0, "stale": 1, "reuse": 2}
@@ -63,8 +63,7 @@ class HaloSchedule(Callback):
             raise ValueError(f"sync_every must be a positive integer or None, got {sync_every!r}")
         if not isinstance(refresh_every, int) or refresh_every < 1:
             raise ValueError(f"refresh_every must be a positive integer, got {refresh_every!r}")
-        if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
+        check_smoothing(smoothing)
         if not isinstance(warmup_epochs, int) or warmup_epochs < 0:
             raise ValueError(f"warmup_epochs must be a non-negative integer, got {warmup_epochs!r}")
         if sync_every is not None and mode != "pipelined":

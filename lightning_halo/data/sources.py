@@ -271,7 +271,7 @@ class InMemorySource:
 
     def graph(self) -> Data:
         if not self._validated:
-            validate_graph(self._data)
+            self._data = validate_graph(self._data)  # the user's Data stays as it was given
             self._validated = True
         return self._data
 

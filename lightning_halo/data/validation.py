@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -20,8 +22,8 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     Requirements: a :class:`~torch_geometric.data.Data` with a floating ``x`` ``[N, F]``
     (finite), an integer ``edge_index`` ``[2, E]`` with ids in ``[0, N)``, ``y`` with ``N``
     rows, and boolean ``train_mask`` / ``val_mask`` / ``test_mask`` of length ``N``.
-    ``edge_index`` is converted to ``int64`` (int32 input would overflow past
-    :math:`2^{31}` edges downstream); nothing else is modified. The value checks read ``x``
+    An ``int32`` ``edge_index`` comes back as ``int64`` in a shallow copy (int32 would overflow
+    past :math:`2^{31}` edges downstream); ``data`` itself is never modified. The value checks read ``x``
     and ``edge_index`` a window at a time, so memory-mapped tensors are never held whole.
 
     Args:
@@ -29,7 +31,7 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
         source (str, optional): how to name it in error messages (e.g. a file path).
 
     Returns:
-        The same ``Data`` object.
+        ``data``, or a shallow copy of it with an ``int64`` ``edge_index``.
 
     Raises:
         GraphValidationError: naming the first problem found and how to fix it.
@@ -40,6 +42,7 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     """
     data = check_graph(data, source=source)
     if data.edge_index.dtype != torch.long:
+        data = copy.copy(data)  # the caller's graph keeps its own edge_index
         data.edge_index = data.edge_index.long()
     return data
 

@@ -3,7 +3,7 @@
 from lightning_halo.exchange.exchanger import HaloExchanger
 from lightning_halo.exchange.meter import TrafficMeter
 from lightning_halo.exchange.plan import ExchangePlan, check_signatures, predict_traffic
-from lightning_halo.exchange.slots import STEP_MODES, StepMode
+from lightning_halo.exchange.slots import STEP_MODES, StepMode, check_smoothing
 from lightning_halo.exchange.wire import DistTransport, HaloExchangeError, ThreadGroup, Transport
 
 __all__ = [
@@ -17,5 +17,6 @@ __all__ = [
     "TrafficMeter",
     "Transport",
     "check_signatures",
+    "check_smoothing",
     "predict_traffic",
 ]

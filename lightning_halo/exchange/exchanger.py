@@ -113,7 +113,7 @@ class HaloExchanger:
     # ------------------------------------------------------------------ wiring and binding
     def connect(self, transport: Optional[Transport]) -> None:
         """Use ``transport`` for all traffic (``None``: world size 1)."""
-        self._wire.transport = transport or SoloTransport()
+        self._wire.connect(transport or SoloTransport())
 
     @property
     def world_size(self) -> int:
@@ -184,7 +184,7 @@ class HaloExchanger:
         if training:
             self._epoch = epoch
         self._training, self._mode = training, mode if training else "sync"
-        self._slots.smoothing = smoothing
+        self._slots.set_smoothing(smoothing)
         self._call_index = 0
         self._anchors.clear()
 

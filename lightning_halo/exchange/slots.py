@@ -27,6 +27,12 @@ StepMode = Literal["sync", "stale", "reuse"]
 STEP_MODES: tuple[str, ...] = ("sync", "stale", "reuse")
 
 
+def check_smoothing(smoothing: float) -> None:
+    """PipeGCN's moving-average factor is in ``[0, 1)`` (``1`` would never take new rows)."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+
+
 @dataclass
 class Slot:
     """State of one training exchange, kept across epochs."""
@@ -53,6 +59,11 @@ class SlotTable:
         self.wire = wire
         self.slots: list[Slot] = []
         self.smoothing = 0.0
+
+    def set_smoothing(self, smoothing: float) -> None:
+        """Weight of the old rows/gradients when a stale exchange lands (``0``: keep only the new)."""
+        check_smoothing(smoothing)
+        self.smoothing = float(smoothing)
 
     def slot(self, index: int, layer: str, plan: str, rows: Tensor) -> Slot:
         """Slot ``index`` (created at its first use); it must see the same layer every step."""

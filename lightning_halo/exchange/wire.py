@@ -174,6 +174,10 @@ class Wire:
     def __init__(self, transport: Transport, meter: TrafficMeter, check_finite: bool = True) -> None:
         self.transport, self.meter, self.check_finite = transport, meter, check_finite
 
+    def connect(self, transport: Transport) -> None:
+        """Send over ``transport`` from now on (a strategy connects once its process group exists)."""
+        self.transport = transport
+
     @property
     def rank(self) -> int:
         return self.transport.rank

@@ -29,7 +29,10 @@ def test_bad_graph_is_rejected(case: str, mutate, match: str) -> None:
 def test_good_graph_passes_and_int32_edges_become_int64() -> None:
     data = good()
     data.edge_index = data.edge_index.int()
-    assert validate_graph(data).edge_index.dtype == torch.long
+    checked = validate_graph(data)
+    assert checked.edge_index.dtype == torch.long and torch.equal(checked.edge_index, data.edge_index.long())
+    assert data.edge_index.dtype == torch.int32, "the caller's Data is left as it was"
+    assert checked.x is data.x, "a shallow copy: the features are not copied"
 
 
 def test_not_a_data() -> None:

@@ -95,7 +95,9 @@ def test_indices_are_int64_end_to_end() -> None:
     data.edge_index = data.edge_index.int()  # int32 input must not survive into the partitions
     from lightning_halo.data import validate_graph
 
-    validate_graph(data)
+    given = data.edge_index
+    data = validate_graph(data)
+    assert given.dtype == torch.int32, "the caller's graph is not modified"
     for part in build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2), 2):
         for key in ("edge_index", "send_index", "send_counts", "recv_counts", "global_id"):
             assert part[key].dtype == torch.int64, key
