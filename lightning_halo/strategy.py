@@ -27,16 +27,11 @@ from lightning_halo.exchange import DistTransport, HaloExchanger, check_signatur
 from lightning_halo.loss import LossScaling, check_scale_loss
 from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
 from lightning_halo.partition.halo_partition import HaloPartition
-from lightning_halo.quant import SUPPORTED_BITS
+from lightning_halo.quant import check_bits
 
 log = logging.getLogger(__name__)
 
 _GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
-
-
-def _check_bits(name: str, value: Optional[int]) -> None:
-    if value is not None and value not in SUPPORTED_BITS:
-        raise ValueError(f"{name}={value!r} is not supported; choose one of {SUPPORTED_BITS} (32 = exact float rows).")
 
 
 def _cores_per_rank(processes_per_node: int) -> int:
@@ -151,9 +146,10 @@ class HaloQuantStrategy(DDPStrategy):
         static_graph: bool = False,
         gradient_as_bucket_view: bool = False,
     ) -> None:
-        _check_bits("bits", bits)
-        _check_bits("grad_bits", grad_bits)
-        _check_bits("eval_bits", eval_bits)
+        check_bits(bits, "bits")
+        for name, value in (("grad_bits", grad_bits), ("eval_bits", eval_bits)):
+            if value is not None:  # None: the same as bits
+                check_bits(value, name)
         if halo_timeout <= 0:
             raise ValueError(f"halo_timeout must be positive seconds, got {halo_timeout}")
         if aggregation not in AGGREGATIONS:

@@ -55,10 +55,23 @@ FLT_MAX = 3.4028234663852886e38
 MASK32 = 0xFFFFFFFF
 
 
-def check_bits(bits: int) -> int:
-    """``bits`` if it is one of :data:`SUPPORTED_BITS`, else a ``ValueError`` listing them."""
+def check_bits(bits: int, name: str = "bits") -> int:
+    """``bits`` if it is one of :data:`SUPPORTED_BITS`, else a ``ValueError`` naming ``name`` and listing them.
+
+    Args:
+        bits (int): the bit width to check (a ``bool`` is refused, though Python counts it as an int).
+        name (str, optional): the argument's name in the message. (default: ``"bits"``)
+
+    Example:
+        >>> check_bits(4)
+        4
+        >>> check_bits(3, "grad_bits")
+        Traceback (most recent call last):
+        ...
+        ValueError: grad_bits=3 is not supported; choose one of (1, 2, 4, 8, 16, 32) (32 = exact float rows).
+    """
     if isinstance(bits, bool) or not isinstance(bits, int) or bits not in SUPPORTED_BITS:
-        raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits!r}")
+        raise ValueError(f"{name}={bits!r} is not supported; choose one of {SUPPORTED_BITS} (32 = exact float rows).")
     return bits
 
 

@@ -107,7 +107,7 @@ def test_a_slot_seeing_another_layer_or_width_is_refused() -> None:
 
 
 def test_state_dict_round_trip_resumes_the_same_stale_rows() -> None:
-    (seen0, table0), _ = _epochs(["sync", "stale"])
+    (_, table0), _ = _epochs(["sync", "stale"])
     restored = SlotTable(wire=None)  # type: ignore[arg-type]
     restored.load_state_dict(table0.state_dict(), torch.device("cpu"))
     a, b = table0.slots[0], restored.slots[0]

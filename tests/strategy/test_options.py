@@ -46,6 +46,16 @@ def test_registered_names_say_whether_they_are_exact() -> None:
     assert StrategyRegistry["halo_quant_spawn"]["init_params"]["start_method"] == "spawn"
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [(dict(bits=3), "bits=3"), (dict(bits=True), "bits=True"), (dict(grad_bits=5), "grad_bits=5"),
+     (dict(eval_bits=2.0), "eval_bits=2.0"), (dict(bits="1"), "bits='1'")],  # fmt: skip
+)
+def test_bit_widths_are_checked_once_and_name_the_argument(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name} is not supported; choose one of \(1, 2, 4, 8, 16, 32\)"):
+        HaloQuantStrategy(**kwargs)
+
+
 def test_unsupported_model_is_refused_before_anything_is_partitioned(tmp_path) -> None:
     data = awkward_graph(1, dtype=torch.float32)
     dm = HaloDataModule(data, cache_dir=str(tmp_path / "cache"))
