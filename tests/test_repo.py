@@ -66,6 +66,23 @@ def test_generated_docs_are_current() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_where_things_live_maps_every_folder_and_module_of_the_package() -> None:
+    """docs/concepts.md's map names every subpackage and top-level module, and only ones that exist."""
+    text = (ROOT / "docs" / "concepts.md").read_text()
+    section = text[text.index("## Where things live") :]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    named = {name for where, _ in rows for name in re.findall(r"`([^`]+)`", where)}
+    package = ROOT / "lightning_halo"
+    present = {f"{p.name}/" for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    present |= {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    assert present - named == set(), "add these to the map in docs/concepts.md"
+    assert named - present == set(), "the map in docs/concepts.md names what does not exist"
+    for where, what in rows:  # a one-folder row's modules are files of that folder
+        folder = re.fullmatch(r"\s*`([a-z_]+)/`\s*", where)
+        for module in re.findall(r"`([a-z_]+\.py)`", what) if folder else []:
+            assert (package / folder.group(1) / module).is_file(), f"{folder.group(1)}/{module}"
+
+
 def test_changelog_follows_keep_a_changelog() -> None:
     text = (ROOT / "CHANGELOG.md").read_text()
     assert "Keep a Changelog" in text and "## [Unreleased]" in text
