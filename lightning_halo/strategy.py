@@ -146,7 +146,7 @@ class HaloQuantStrategy(DDPStrategy):
         static_graph: bool = False,
         gradient_as_bucket_view: bool = False,
     ) -> None:
-        check_bits(bits, "bits")
+        check_bits(bits)
         for name, value in (("grad_bits", grad_bits), ("eval_bits", eval_bits)):
             if value is not None:  # None: the same as bits
                 check_bits(value, name)

@@ -23,8 +23,9 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     (finite), an integer ``edge_index`` ``[2, E]`` with ids in ``[0, N)``, ``y`` with ``N``
     rows, and boolean ``train_mask`` / ``val_mask`` / ``test_mask`` of length ``N``.
     An ``int32`` ``edge_index`` comes back as ``int64`` in a shallow copy (int32 would overflow
-    past :math:`2^{31}` edges downstream); ``data`` itself is never modified. The value checks read ``x``
-    and ``edge_index`` a window at a time, so memory-mapped tensors are never held whole.
+    past :math:`2^{31}` edges downstream); ``data`` itself is never modified. The value checks
+    read ``x`` and ``edge_index`` a window at a time, so memory-mapped tensors are never held
+    whole.
 
     Args:
         data (object): the candidate graph.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import lightning as L
 import pytest
 import torch
@@ -14,6 +12,7 @@ from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloStateCallback,
 from lightning_halo.exchange import HaloExchanger, ThreadGroup
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph
+from tests.support.threaded import on_threads
 
 
 class _Module(L.LightningModule):
@@ -44,21 +43,17 @@ def _exchangers_after_one_step(world: int = 2):
     data = awkward_graph(world)
     parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world), world)
     group = ThreadGroup(world)
-    out: list = [None] * world
 
-    def rank(r: int) -> None:
+    def rank(r: int) -> tuple:
         ex = HaloExchanger(group.transport(r), bits=1, seed=3)
         ex.bind(parts[r])
         for epoch, mode in enumerate(("sync", "stale")):
             ex.begin_step(True, epoch=epoch, mode=mode)
             h = torch.randn(int(parts[r].n_inner), 4, dtype=torch.float64, requires_grad=True)
             ex.prepare_loss(ex.fetch(h, "conv").sum()).backward()
-        out[r] = (ex, parts[r])
+        return ex, parts[r]
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
-    return out
+    return on_threads(world, rank)
 
 
 def test_state_round_trip_restores_every_rank_exactly() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -11,6 +9,7 @@ from lightning_halo import build_halo_partitions, partition_graph
 from lightning_halo.exchange import HaloExchanger, ThreadGroup, predict_traffic
 from lightning_halo.partition.halo_partition import tensor_digest
 from tests.support.graphs import awkward_graph
+from tests.support.threaded import on_threads
 
 
 def _parts(num_parts: int = 3):
@@ -30,23 +29,17 @@ def test_partitions_carry_their_halos_input_features() -> None:
 def _fetch_on_all_ranks(parts, change=None):
     """Every rank fetches its input features' halo (threads over an in-process transport)."""
     group = ThreadGroup(len(parts))
-    out: list = [None] * len(parts)
 
-    def rank(r: int) -> None:
+    def rank(r: int) -> tuple:
         ex = HaloExchanger(group.transport(r), bits=32)
         part = parts[r]
         ex.bind(part)
         if change is not None:
             change(r, part)
         first = ex.fetch(part.x, "conv1")
-        out[r] = (first, ex.fetch(part.x, "conv1"), dict(ex.meter.total))
+        return first, ex.fetch(part.x, "conv1"), dict(ex.meter.total)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(parts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
+    return on_threads(len(parts), rank)
 
 
 def test_unchanged_x_reads_the_stored_halo() -> None:

@@ -7,7 +7,7 @@ import torch
 
 from lightning_halo.exchange import HaloExchangeError
 from lightning_halo.exchange.slots import SlotTable
-from tests.exchange.ranks import run_ranks
+from tests.support.threaded import on_wires
 
 N, D = 3, 2
 BYTES = N * D * 4  # one exchange of raw float32 rows
@@ -45,7 +45,7 @@ def _epochs(modes: list[str], smoothing: float = 0.0):
         table.flush()
         return seen, table
 
-    return run_ranks(2, rank_fn)
+    return on_wires(2, rank_fn)
 
 
 def test_sync_returns_this_epochs_rows_and_gradients() -> None:

@@ -7,7 +7,7 @@ import torch
 
 from lightning_halo.exchange import HaloExchangeError
 from lightning_halo.quant import NonFiniteError, row_nbytes
-from tests.exchange.ranks import run_ranks
+from tests.support.threaded import on_wires
 
 D = 5
 
@@ -26,7 +26,7 @@ def test_raw_rows_arrive_exactly_from_every_peer_in_rank_order(world_size: int) 
         got = wire.exchange(rows, 32, counts, counts, "conv1", "fwd")
         return got, dict(wire.meter.total), dict(wire.meter.total_fp32)
 
-    for rank, (got, total, fp32) in enumerate(run_ranks(world_size, rank_fn)):
+    for rank, (got, total, fp32) in enumerate(on_wires(world_size, rank_fn)):
         expect = torch.stack([torch.full((D,), 100.0 * q + rank) for q in range(world_size) if q != rank])
         assert torch.equal(got, expect)
         assert total == fp32 == {("conv1", "fwd"): (world_size - 1) * D * 4}
@@ -42,7 +42,7 @@ def test_quantized_rows_cost_their_record_size_and_stay_within_one_step(bits: in
         got = wire.exchange(rows, bits, [0, n] if rank == 0 else [n, 0], [0, n] if rank == 0 else [n, 0], "c", "fwd", g)
         return rows, got, wire.meter.total[("c", "fwd")], wire.meter.total_fp32[("c", "fwd")]
 
-    (rows0, got0, sent0, fp0), (rows1, got1, sent1, fp1) = run_ranks(2, rank_fn)
+    (rows0, got0, sent0, fp0), (rows1, got1, sent1, fp1) = on_wires(2, rank_fn)
     assert sent0 == sent1 == n * row_nbytes(D, bits) and fp0 == fp1 == n * D * 4
     for sent, got in ((rows1, got0), (rows0, got1)):
         step = (sent.amax(1, keepdim=True) - sent.amin(1, keepdim=True)) / (2**bits - 1)
@@ -57,13 +57,13 @@ def test_asynchronous_post_lands_the_same_rows_as_a_blocking_exchange() -> None:
         assert pending.work is not None and pending.epoch == 7
         return wire.finish(pending), wire.exchange(rows, 32, counts, counts, "c", "fwd")
 
-    for landed, blocking in run_ranks(2, rank_fn):
+    for landed, blocking in on_wires(2, rank_fn):
         assert torch.equal(landed, blocking)
 
 
 def test_all_agree_is_the_minimum_over_ranks() -> None:
     flags = [[1, 0, 1], [1, 1, 0], [1, 1, 1]]
-    got = run_ranks(3, lambda rank, wire: wire.all_agree(torch.tensor(flags[rank]), "c").tolist())
+    got = on_wires(3, lambda rank, wire: wire.all_agree(torch.tensor(flags[rank]), "c").tolist())
     assert got == [[1, 0, 0]] * 3
 
 
@@ -78,7 +78,7 @@ def test_non_finite_raw_rows_are_named_and_a_waiting_peer_gets_an_error_not_a_ha
             return err
         return None
 
-    peer, bad = run_ranks(2, rank_fn, timeout=0.5)
+    peer, bad = on_wires(2, rank_fn, timeout=0.5)
     assert isinstance(bad, NonFiniteError) and "conv2" in str(bad) and "rank 1" in str(bad)
     assert isinstance(peer, HaloExchangeError)
     assert "rank 0" in str(peer) and "bwd of layer 'conv2'" in str(peer) and "halo_timeout" in str(peer)

@@ -7,8 +7,6 @@ in-process transport.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from torch_geometric.nn import ChebConv, ClusterGCNConv
@@ -19,6 +17,7 @@ from lightning_halo.exchange import HaloExchanger, ThreadGroup
 from lightning_halo.layers import normalize
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph
+from tests.support.threaded import on_threads
 
 
 def _aggregate(ei, w, x, n):
@@ -28,22 +27,13 @@ def _aggregate(ei, w, x, n):
 def _on_ranks(data, world_size, fn):
     parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
     group = ThreadGroup(world_size, timeout=30)
-    out, errors = [None] * world_size, [None] * world_size
 
     def main(r):
-        try:
-            ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=32)
-            ex.bind(parts[r])
-            out[r] = fn(ex, parts[r])
-        except BaseException as err:  # noqa: BLE001
-            errors[r] = err
+        ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=32)
+        ex.bind(parts[r])
+        return fn(ex, parts[r])
 
-    threads = [threading.Thread(target=main, args=(r,)) for r in range(world_size)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
-    for e in errors:
-        if e is not None:
-            raise e
+    out = on_threads(world_size, main)
     return parts, out
 
 

@@ -17,11 +17,45 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_halo.exchange import HaloExchanger, ThreadGroup
+from lightning_halo.exchange import HaloExchanger, ThreadGroup, TrafficMeter
+from lightning_halo.exchange.wire import Wire
 from lightning_halo.layers.hooks import LayerContext, install_hooks
 from lightning_halo.partition import build_halo_partitions, partition_graph
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
+
+
+def on_threads(world_size: int, fn: Callable[[int], Any], timeout: float = 60.0) -> list[Any]:
+    """``fn(rank)`` for every rank at once, one thread each; the results by rank.
+
+    If a rank raises, the first rank's error is raised here, carrying every rank's outcome
+    (``None`` or its error) as ``rank_errors``.
+    """
+    results: list[Any] = [None] * world_size
+    errors: list[Optional[BaseException]] = [None] * world_size
+
+    def run(r: int) -> None:
+        try:
+            results[r] = fn(r)
+        except BaseException as err:  # noqa: BLE001 - raised by the caller's thread
+            errors[r] = err
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    first = next((err for err in errors if err is not None), None)
+    if first is not None:
+        first.rank_errors = errors  # type: ignore[attr-defined]  # every rank's outcome, for "all ranks refused"
+        raise first
+    return results
+
+
+def on_wires(world_size: int, fn: Callable[[int, Wire], Any], timeout: float = 10.0) -> list[Any]:
+    """``fn(rank, wire)`` on every rank, each with its own :class:`Wire` and meter over one :class:`ThreadGroup`."""
+    group = ThreadGroup(world_size, timeout=timeout)
+    return on_threads(world_size, lambda r: fn(r, Wire(group.transport(r), TrafficMeter())), timeout + 5)
 
 
 def plain_forward(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -59,42 +93,29 @@ def run_threaded(
         parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
     group = ThreadGroup(world_size, timeout=timeout)
     n_train = int(data.train_mask.sum())
-    results: list[Any] = [None] * world_size
-    errors: list[Optional[BaseException]] = [None] * world_size
 
-    def rank_main(r: int) -> None:
-        try:
-            net = copy.deepcopy(model)
-            ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
-            ctx = LayerContext(ex, aggregation)  # type: ignore[arg-type]
-            hooks = install_hooks(net, ctx)
-            part = parts[r]
-            ex.bind(part)
-            ctx.bind(part)
-            for step in range(steps):
-                ex.begin_step(True, epoch=step, mode=mode(step))  # type: ignore[arg-type]
-                net.zero_grad()
-                out = forward(net, part)
-                loss = ex.prepare_loss(_loss(out, part, n_train))
-                loss.backward()
-            grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
-            results[r] = {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
-                          "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
-                          "staleness": ex.staleness(), "plan": ex.plan()}  # fmt: skip
-            for h in hooks:
-                h.remove()
-        except BaseException as err:  # noqa: BLE001 - reported by the caller
-            errors[r] = err
+    def rank_main(r: int) -> dict[str, Any]:
+        net = copy.deepcopy(model)
+        ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
+        ctx = LayerContext(ex, aggregation)  # type: ignore[arg-type]
+        hooks = install_hooks(net, ctx)
+        part = parts[r]
+        ex.bind(part)
+        ctx.bind(part)
+        for step in range(steps):
+            ex.begin_step(True, epoch=step, mode=mode(step))  # type: ignore[arg-type]
+            net.zero_grad()
+            out = forward(net, part)
+            loss = ex.prepare_loss(_loss(out, part, n_train))
+            loss.backward()
+        grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
+        for h in hooks:
+            h.remove()
+        return {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
+                "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
+                "staleness": ex.staleness(), "plan": ex.plan()}  # fmt: skip
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world_size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout + 30)
-    first = next((err for err in errors if err is not None), None)
-    if first is not None:
-        first.rank_errors = errors  # type: ignore[attr-defined]  # every rank's outcome, for "all ranks refused"
-        raise first
+    results = on_threads(world_size, rank_main, timeout + 30)
     d = results[0]["out"].size(-1)
     out = torch.full((data.num_nodes, d), float("nan"), dtype=results[0]["out"].dtype)
     grad: dict[str, torch.Tensor] = {}
