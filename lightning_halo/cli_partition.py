@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from lightning_halo.partition.halo import format_stats
+from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.options import BALANCES, PARTITIONERS
 from lightning_halo.quant.format import SUPPORTED_BITS as BITS
 
@@ -31,7 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--parts", "--num-parts", dest="parts", type=int, required=True, help="number of parts = training processes")
     parser.add_argument("--out", default=None, help="write a partition directory here (else: into the cache)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition directory at --out")
-    parser.add_argument("--partitioner", choices=PARTITIONERS, default="metis")
+    parser.add_argument(
+        "--partitioner", choices=PARTITIONERS, default="metis",
+        help="metis (pymetis; about 15x the graph's CSR in memory), kaminpar (a fraction of that, several times "
+        "faster), auto (METIS if it fits half the machine's memory, else KaMinPar) or random",
+    )  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="KaMinPar's threads (with --out only: one writer serves every rank, so a run-to-run different "
+        "partition is harmless; 1 is deterministic)",
+    )  # fmt: skip
     parser.add_argument("--balance", choices=BALANCES, default="nodes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None, help="cache root when --out is not given")
@@ -53,9 +62,14 @@ def main(argv: list[str]) -> int:
         if args.out is not None:
             from lightning_halo.data.offline import partition_to_dir
 
-            manifest = partition_to_dir(graph, args.out, args.parts, overwrite=args.overwrite, **options)
+            manifest = partition_to_dir(graph, args.out, args.parts, overwrite=args.overwrite, threads=args.threads, **options)
             where = args.out
         else:
+            if args.threads != 1:
+                parser.error(
+                    "--threads applies to --out only: the partition cache is written on every node, and KaMinPar with "
+                    "several threads may give each node a different partition"
+                )
             from lightning_halo.data import HaloDataModule
 
             dm = HaloDataModule(graph, num_parts=args.parts, cache_dir=args.cache_dir, **options)  # type: ignore[arg-type]
@@ -83,7 +97,7 @@ def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace)
         print(json.dumps({"stats": stats, "traffic": traffic, "cache": where, "manifest": manifest}))
         return
     print(f"graph {graph['source']}: {graph['num_nodes']} nodes, {graph['num_edges']} edges, {graph['num_features']} features")
-    print("\n".join(format_stats(stats, f"{manifest['partitioner']} into {manifest['num_parts']} parts")))
+    print("\n".join(format_stats(stats, f"{partitioner_label(manifest)} into {manifest['num_parts']} parts")))
     print(f"\nhalo traffic per training epoch, all ranks, {args.layers} layers, hidden {args.hidden}:")
     print(f"{'bits':>6} {'forward MB':>12} {'backward MB':>12} {'vs fp32':>9}")
     for bits, t in traffic.items():

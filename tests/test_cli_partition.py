@@ -41,6 +41,17 @@ def test_partition_errors_name_the_fix_and_touch_nothing(tmp_path: Path, partiti
     assert code == 2 and "holds 3 parts but the Trainer runs 2 processes" in stderr
     code, _, stderr = partition_cli("--parts", "2")
     assert code == 2 and "give the graph" in stderr
+    code, _, stderr = partition_cli("cora", "--parts", "2", "--partitioner", "kaminpar", "--threads", "2")
+    assert code == 2 and "--threads applies to --out only" in stderr
+
+
+def test_partition_with_kaminpar_names_it_in_the_table(tmp_path: Path, partition_cli) -> None:
+    out = tmp_path / "parts"
+    code, stdout, stderr = partition_cli("cora", "--parts", "3", "--out", str(out), "--partitioner", "kaminpar", "--threads", "2")
+    assert code == 0, stderr
+    manifest = PartitionDirectory(out).read_meta()
+    assert manifest["partitioned_with"]["partitioner"] == "kaminpar" and manifest["partitioned_with"]["threads"] == 2
+    assert "kaminpar into 3 parts: edge cut" in stdout and "balance" in stdout
 
 
 @pytest.mark.multiprocess

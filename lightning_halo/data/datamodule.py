@@ -24,7 +24,7 @@ from lightning_halo.data.partition_dir import (
     is_partition_dir,
 )
 from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
-from lightning_halo.partition.halo import format_stats
+from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.options import Balance, Partitioner, check_num_parts, check_options
 
@@ -112,7 +112,11 @@ class HaloDataModule(pl.LightningDataModule):
             partition directory. (default: ``"cora"``)
         num_parts (int, optional): number of parts; must equal the world size. Defaults to
             the world size (or, for a partition directory, its part count).
-        partitioner (str, optional): ``"metis"`` or ``"random"``. (default: ``"metis"``)
+        partitioner (str, optional): ``"metis"`` (pymetis), ``"kaminpar"`` (a fraction of
+            METIS' memory, several times faster; single-threaded here, so every node of a
+            multi-node job computes the same parts), ``"auto"`` (METIS when its predicted memory
+            fits half the machine, else KaMinPar) or ``"random"``; see
+            :func:`~lightning_halo.partition_graph`. (default: ``"metis"``)
         balance (str, optional): METIS balances ``"nodes"`` or ``"edges"`` per part.
             (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
@@ -304,7 +308,7 @@ class HaloDataModule(pl.LightningDataModule):
             return  # once per partitioning, not again for validate/test/predict
         self._logged_key = manifest["key"]
         stats = manifest["stats"]
-        title = f"lightning-halo partition ({manifest['partitioner']}, {stats['num_parts']} parts, {store.dir})"
+        title = f"lightning-halo partition ({partitioner_label(manifest)}, {stats['num_parts']} parts, {store.dir})"
         rank_zero_info("\n".join(format_stats(stats, title)))
         trainer = self.trainer
         if trainer is not None and trainer.logger is not None and trainer.global_rank == 0:

@@ -13,7 +13,7 @@ from torch_geometric.data import Data
 from lightning_halo.data.cache import cache_key, publish
 from lightning_halo.data.partition_dir import MANIFEST, PartitionDirectory, Phase, is_partition_dir, write_partition_dir
 from lightning_halo.data.sources import InMemorySource, graph_facts, open_graph
-from lightning_halo.partition.options import check_num_parts, check_options
+from lightning_halo.partition.options import check_num_parts, check_options, check_threads
 
 
 def partition_to_dir(
@@ -24,6 +24,7 @@ def partition_to_dir(
     partitioner: str = "metis",
     balance: str = "nodes",
     seed: int = 0,
+    threads: int = 1,
     overwrite: bool = False,
     on_phase: Optional[Phase] = None,
 ) -> dict[str, Any]:
@@ -41,12 +42,14 @@ def partition_to_dir(
             a :class:`~torch_geometric.data.Data`).
         out (str): the partition directory to create.
         num_parts (int): :math:`P`, the number of training processes.
-        partitioner (str, optional): ``"metis"`` or ``"random"``, as for
-            :func:`~lightning_halo.partition_graph`. (default: ``"metis"``)
+        partitioner (str, optional): ``"metis"``, ``"kaminpar"``, ``"auto"`` or ``"random"``, as
+            for :func:`~lightning_halo.partition_graph`. (default: ``"metis"``)
         balance (str, optional): ``"nodes"`` or ``"edges"``. (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
+        threads (int, optional): KaMinPar's threads. One writer serves every rank here, so
+            more than one (faster, not deterministic) is safe. (default: ``1``)
         overwrite (bool, optional): replace an existing partition directory. (default: ``False``)
-        on_phase (callable, optional): called with ``"scan"``, ``"metis"``, ``"halo"``,
+        on_phase (callable, optional): called with ``"scan"``, ``"partition"``, ``"halo"``,
             ``"write"``, ``"done"`` as each phase starts.
 
     Example:
@@ -55,6 +58,7 @@ def partition_to_dir(
         8
     """
     check_options(partitioner, balance, num_parts, allow_none=False)
+    check_threads(threads)
     out = Path(out)
     if on_phase is not None:
         on_phase("scan")
@@ -81,8 +85,9 @@ def partition_to_dir(
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         manifest = write_partition_dir(
-            data, tmp, num_parts, partitioner=partitioner, balance=balance, seed=seed, graph=facts, key=key, on_phase=on_phase
-        )
+            data, tmp, num_parts, partitioner=partitioner, balance=balance, seed=seed, threads=threads, graph=facts,
+            key=key, on_phase=on_phase,
+        )  # fmt: skip
         publish(tmp, out, replace=True)
         return manifest
     except BaseException:

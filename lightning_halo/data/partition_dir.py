@@ -36,7 +36,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
-from lightning_halo.partition.graph import partition_graph
+from lightning_halo.partition.graph import assign_parts
 from lightning_halo.partition.halo import HaloPlan, attribute_layout, plan_halos, summarize
 from lightning_halo.partition.halo_partition import HaloPartition, hash_header
 
@@ -214,6 +214,7 @@ def write_partition_dir(
     partitioner: str = "metis",
     balance: str = "nodes",
     seed: int = 0,
+    threads: int = 1,
     graph: dict[str, Any],
     key: str,
     chunk_bytes: Optional[int] = None,
@@ -229,14 +230,15 @@ def write_partition_dir(
         data (Data): the validated graph.
         out (str): directory to write into (created; must not hold part files yet).
         num_parts (int): :math:`P`.
-        partitioner (str, optional): as for :func:`~lightning_halo.partition_graph`.
-            (default: ``"metis"``)
+        partitioner (str, optional): ``"metis"``, ``"kaminpar"``, ``"auto"`` or ``"random"``, as
+            for :func:`~lightning_halo.partition_graph`. (default: ``"metis"``)
         balance (str, optional): ``"nodes"`` or ``"edges"``. (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
+        threads (int, optional): KaMinPar's threads (``1`` is deterministic). (default: ``1``)
         graph (dict): the graph's facts for the manifest (``fingerprint``, ``num_features``, ...).
         key (str): the partitioning's cache key, recorded in the manifest.
         chunk_bytes (int, optional): window size. (default: 16 MiB)
-        on_phase (callable, optional): called with ``"metis"``, ``"halo"``, ``"write"`` and
+        on_phase (callable, optional): called with ``"partition"``, ``"halo"``, ``"write"`` and
             ``"done"`` as each phase starts (the memory benchmark measures each).
 
     Returns:
@@ -248,10 +250,14 @@ def write_partition_dir(
     timings: dict[str, float] = {}
     num_nodes = int(data.num_nodes)
 
-    phase("metis")
+    phase("partition")
     t = time.perf_counter()
-    parts = partition_graph(data.edge_index, num_nodes, num_parts, partitioner=partitioner, seed=seed, balance=balance)  # type: ignore[arg-type]
-    timings["metis_s"] = time.perf_counter() - t
+    assignment = assign_parts(
+        data.edge_index, num_nodes, num_parts, partitioner=partitioner, seed=seed, balance=balance,  # type: ignore[arg-type]
+        threads=threads, workdir=out,
+    )  # fmt: skip
+    parts = assignment.parts
+    timings["partition_s"] = time.perf_counter() - t
 
     phase("halo")
     t = time.perf_counter()
@@ -268,6 +274,7 @@ def write_partition_dir(
         "key": key,
         "num_parts": num_parts,
         "partitioner": partitioner,
+        "partitioned_with": {"partitioner": assignment.partitioner, **assignment.details},
         "balance": balance,
         "seed": seed,
         "graph": graph,

@@ -298,6 +298,18 @@ def partition_stats(partitions: list[HaloPartition]) -> dict[str, Any]:
     )
 
 
+def partitioner_label(manifest: dict[str, Any]) -> str:
+    """What partitioned a directory, for its table: ``"kaminpar"``, or ``"kaminpar (auto)"`` when chosen by ``"auto"``.
+
+    Example:
+        >>> partitioner_label({"partitioner": "auto", "partitioned_with": {"partitioner": "metis"}})
+        'metis (auto)'
+    """
+    asked = manifest["partitioner"]
+    ran = manifest.get("partitioned_with", {}).get("partitioner", asked)
+    return f"{ran} ({asked})" if ran != asked else ran
+
+
 def format_stats(stats: dict[str, Any], title: str) -> list[str]:
     """The statistics of :func:`partition_stats` as text lines: a title, the totals, one line per part.
 

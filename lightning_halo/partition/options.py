@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-Partitioner = Literal["metis", "random"]
+Partitioner = Literal["metis", "kaminpar", "auto", "random"]
 Balance = Literal["nodes", "edges"]
 
 #: Accepted values of ``partitioner`` and ``balance`` (the CLI's choices come from here too).
@@ -16,14 +16,24 @@ BALANCES: tuple[str, ...] = get_args(Balance)
 MASK_KEYS = ("train_mask", "val_mask", "test_mask")
 
 
+def _one_of(values: tuple[str, ...]) -> str:
+    return ", ".join(map(repr, values[:-1])) + f" or {values[-1]!r}" if len(values) > 1 else repr(values[0])
+
+
 def check_partitioner(partitioner: str) -> None:
     if partitioner not in PARTITIONERS:
-        raise ValueError(f"unknown partitioner {partitioner!r}; choose {' or '.join(map(repr, PARTITIONERS))}")
+        raise ValueError(f"unknown partitioner {partitioner!r}; choose {_one_of(PARTITIONERS)}")
+
+
+def check_threads(threads: int) -> None:
+    """Partitioner threads are a positive integer (more than one makes KaMinPar non-deterministic)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
 
 
 def check_balance(balance: str) -> None:
     if balance not in BALANCES:
-        raise ValueError(f"unknown balance {balance!r}; choose {' or '.join(map(repr, BALANCES))}")
+        raise ValueError(f"unknown balance {balance!r}; choose {_one_of(BALANCES)}")
 
 
 def check_num_parts(num_parts: Optional[int], num_nodes: Optional[int] = None, *, allow_none: bool = False) -> None:

@@ -223,3 +223,22 @@ def test_out_directory_is_never_clobbered(tmp_path: Path) -> None:
         partition_to_dir(awkward_graph(2), out, 3)
     assert partition_to_dir(awkward_graph(2), out, 3, overwrite=True)["num_parts"] == 3
     assert sorted(f.name for f in out.iterdir()) == ["manifest.json", "part_0.pt", "part_1.pt", "part_2.pt"]
+
+
+@pytest.mark.parametrize("partitioner", ["kaminpar", "auto"])
+def test_directory_records_which_partitioner_ran(partitioner: str, tmp_path: Path) -> None:
+    data = cora()
+    manifest = partition_to_dir(data, tmp_path / "out", 3, partitioner=partitioner)
+    ran = "kaminpar" if partitioner == "kaminpar" else "metis"  # Cora fits any machine's budget for METIS
+    expect = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 3, partitioner=ran), 3)
+    assert manifest["partitioner"] == partitioner and manifest["partitioned_with"]["partitioner"] == ran
+    assert manifest["stats"] == partition_stats(expect)
+    assert {"edge_cut", "balance"} <= set(manifest["stats"]) and manifest["timings"]["partition_s"] > 0
+    if partitioner == "auto":
+        assert manifest["partitioned_with"]["metis_predicted_bytes"] <= manifest["partitioned_with"]["memory_budget"]
+    else:
+        assert manifest["partitioned_with"]["threads"] == 1
+    dm = HaloDataModule(str(tmp_path / "out"))
+    for p in range(3):
+        assert_same_partition(_setup(dm, 3, p), expect[p])
+    assert not [f for f in (tmp_path / "out").iterdir() if f.name not in manifest["files"] and f.name != "manifest.json"]

@@ -17,6 +17,7 @@ from torch import nn
 from torch_geometric import nn as gnn
 
 import lightning_halo
+from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph, cora
 from tests.support.models import LAYER_VARIANTS, build_any
 from tests.support.threaded import assert_same, reference, run_threaded
@@ -37,6 +38,17 @@ def test_every_supported_layer_matches_the_whole_graph(layer: str, world_size: i
     for aggregation in ("auto", "edge_index"):
         got = run_threaded(net, data, world_size, _layer_forward, aggregation=aggregation)
         assert_same(got, ref, what=f"{layer} at {world_size} ranks, aggregation={aggregation}")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("layer", LAYERS)
+def test_every_supported_layer_matches_on_kaminpar_partitions(layer: str, world_size: int) -> None:
+    data = awkward_graph(world_size)
+    net = build_any(f"layer:{layer}", data)
+    assignment = partition_graph(data.edge_index, data.num_nodes, world_size, partitioner="kaminpar")
+    parts = build_halo_partitions(data, assignment, world_size)
+    got = run_threaded(net, data, world_size, _layer_forward, parts=parts)
+    assert_same(got, reference(net, data, _layer_forward), what=f"{layer} at {world_size} ranks, KaMinPar")
 
 
 def test_fused_path_is_taken_where_pyg_has_one() -> None:

@@ -17,7 +17,7 @@ def test_symmetric_csr_drops_self_loops_and_duplicates() -> None:
     assert adjncy.tolist() == [1, 2, 0, 0]
 
 
-@pytest.mark.parametrize("partitioner", ["metis", "random"])
+@pytest.mark.parametrize("partitioner", ["metis", "kaminpar", "auto", "random"])
 @pytest.mark.parametrize("num_parts", [1, 2, 3, 4, 7])
 def test_every_node_assigned_once_no_empty_part(partitioner: str, num_parts: int) -> None:
     data = awkward_graph(1)
@@ -26,7 +26,7 @@ def test_every_node_assigned_once_no_empty_part(partitioner: str, num_parts: int
     assert set(parts.tolist()) == set(range(num_parts))
 
 
-@pytest.mark.parametrize("partitioner", ["metis", "random"])
+@pytest.mark.parametrize("partitioner", ["metis", "kaminpar", "auto", "random"])
 def test_deterministic_for_a_seed(partitioner: str) -> None:
     data = cora()
     a = partition_graph(data.edge_index, data.num_nodes, 4, partitioner=partitioner, seed=3)

@@ -6,6 +6,8 @@ real message), so the documented table cannot drift from the code.
 
 from __future__ import annotations
 
+import sys
+
 from typing import Callable
 
 import torch
@@ -220,6 +222,7 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("unknown custom layer", lambda: layer_kind(CustomConv()), "lightning_halo.register_layer"),
         ("num_parts larger than the graph", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 3), "exceeds the number of nodes"),
         ("unknown partitioner", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 2, partitioner="kahip"), "unknown partitioner"),  # type: ignore[arg-type]
+        ("partitioner='kaminpar' without the kaminpar package", _without_kaminpar, "use partitioner='metis'"),
         ("unknown HaloSchedule mode", lambda: HaloSchedule(mode="async"), "unknown mode"),  # type: ignore[arg-type]
         ("sync_every outside pipelined mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' only"),
         ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
@@ -252,6 +255,20 @@ MULTIPROCESS_CASES = [
     ("a peer process is killed", "HaloExchangeError", "halo exchange failed on rank 0 ... Connection reset by peer"),
     ("a peer process freezes", "HaloExchangeError", "halo exchange failed on rank 0 ... Timed out waiting"),
 ]
+
+
+def _without_kaminpar() -> object:
+    from lightning_halo.partition import partition_graph
+
+    saved = sys.modules.get("kaminpar")
+    sys.modules["kaminpar"] = None  # type: ignore[assignment]  # `import kaminpar` raises ImportError
+    try:
+        return partition_graph(torch.tensor([[0, 1], [1, 0]]), 2, 2, partitioner="kaminpar")
+    finally:
+        if saved is None:
+            del sys.modules["kaminpar"]
+        else:
+            sys.modules["kaminpar"] = saved
 
 
 def in_process_cases() -> list[tuple[str, Callable[[], object], str]]:

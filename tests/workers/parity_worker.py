@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--scale-x-rank0", type=float, default=0.0, help="rank 0 multiplies batch.x in place at step 0")
     parser.add_argument("--loss", choices=sorted(LOSSES), default="mean", help="the loss form (tests.support.models.LOSSES)")
     parser.add_argument("--aggregation", default="auto", help="HaloQuantStrategy(aggregation=...)")
+    parser.add_argument("--partitioner", default="metis", help="HaloDataModule(partitioner=...)")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -133,7 +134,7 @@ def main() -> None:
         module = Recorder(net, kind, args.sparse)
         module.scale_x_rank0 = args.scale_x_rank0
         module.loss = args.loss
-        dm = HaloDataModule(data, cache_dir=str(Path(args.out) / "cache"))
+        dm = HaloDataModule(data, partitioner=args.partitioner, cache_dir=str(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(
             bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation,
             # PyG's RGATConv leaves parameters unused; a cached SGConv stops its input's gradient after step 1
