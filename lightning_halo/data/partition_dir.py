@@ -6,6 +6,8 @@ every entry of the partition cache)::
     DIR/manifest.json   format, parameters, graph facts (num_features, num_classes, ...),
                         statistics, and the SHA-256 and size of every part file
     DIR/part_<p>.pt     part p: the HaloPartition's attributes as a torch.save'd dict
+    DIR/adj_<p>.pt      part p's CSR adjacency and its transpose (lightning_halo.partition.csr),
+                        built from part_<p>.pt's edges in blocks of rows
 
 A part file is an ordinary ``torch.save`` file, read with
 ``torch.load(path, mmap=True, weights_only=True)``: its tensors are mapped from the file,
@@ -31,18 +33,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+import lightning_halo.partition.chunks as chunks
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
+from lightning_halo.partition.csr import BlockedCSR
+from lightning_halo.partition.csr import sizes as csr_sizes
 from lightning_halo.partition.graph import assign_parts
 from lightning_halo.partition.halo import HaloPlan, attribute_layout, plan_halos, summarize
 from lightning_halo.partition.halo_partition import HaloPartition, hash_header
 
 FORMAT = "lightning-halo-partition"
 #: Bumped whenever the layout of a part file or the manifest changes, so old ones are refused.
-FORMAT_VERSION = 3  # 2: partitions carry halo_x and x_digest; 3: manifest.json, streamed part files
+#: 2: partitions carry halo_x and x_digest; 3: manifest.json, streamed part files; 4: x and halo_x one
+#: tensor, the CSR adjacency and its transpose in adj_<p>.pt
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 
 
@@ -52,6 +60,10 @@ class PartitionFileError(RuntimeError):
 
 def part_name(p: int) -> str:
     return f"part_{p}.pt"
+
+
+def adj_name(p: int) -> str:
+    return f"adj_{p}.pt"
 
 
 def is_partition_dir(path: str | os.PathLike) -> bool:
@@ -98,14 +110,14 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: int) -> Path:
-    """Path of part ``p`` after checking that it exists and matches its size and SHA-256.
+def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: int, name: Optional[str] = None) -> Path:
+    """Path of part ``p``'s file ``name`` (default ``part_<p>.pt``) after checking its size and SHA-256.
 
     Raises:
         PartitionFileError: naming the file, what is wrong with it and how to get a good copy.
     """
     directory = Path(directory)
-    name = part_name(p)
+    name = name or part_name(p)
     entry = manifest["files"].get(name)
     if entry is None:
         raise PartitionFileError(f"{directory / MANIFEST} lists no {name} (it holds {manifest['num_parts']} parts)")
@@ -116,7 +128,7 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
     except FileNotFoundError as err:
         present = sum((directory / f).is_file() for f in manifest["files"])
         raise PartitionFileError(
-            f"{path} is missing: {directory} holds {present} of the {manifest['num_parts']} part files its manifest "
+            f"{path} is missing: {directory} holds {present} of the {len(manifest['files'])} files its manifest "
             f"lists. Every rank reads its own part: put the whole directory where all ranks can read it (shared "
             f"storage), or {fix}."
         ) from err
@@ -134,9 +146,11 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
 
 
 def load_part(directory: str | os.PathLike, manifest: dict[str, Any], p: int) -> HaloPartition:
-    """Part ``p``, checked against the manifest, its tensors memory-mapped from the file."""
-    path = check_part_file(directory, manifest, p)
-    state = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+    """Part ``p`` with its adjacency, checked against the manifest, its tensors memory-mapped from the files."""
+    paths = [check_part_file(directory, manifest, p, name) for name in (part_name(p), adj_name(p))]
+    state = {}
+    for path in paths:
+        state.update(torch.load(path, mmap=True, weights_only=True, map_location="cpu"))
     return HaloPartition.from_state(state)
 
 
@@ -309,15 +323,19 @@ def _write_parts(data: Data, plan: HaloPlan, out: Path, chunk_bytes: Optional[in
         with fake:
             return torch.empty((rows, *like.shape[1:]), dtype=like.dtype)
 
+    with_halo = any(kind == "halo_x" for _, kind in layout)
     writers = []
     for p in range(n_parts):
         n_in, n_halo, n_edges = plan.n_inner(p), plan.n_halo(p), plan.edge_counts[p]
+        rows = empty(x, n_in + n_halo) if with_halo else None  # x and halo_x: views of one tensor
         attrs: dict[str, Any] = {}
         for key, kind in layout:
-            if kind == "node":
+            if kind == "node" and key == "x" and rows is not None:
+                attrs[key] = rows[:n_in]
+            elif kind == "node":
                 attrs[key] = empty(data[key], n_in)
             elif kind == "halo_x":
-                attrs[key] = empty(x, n_halo)
+                attrs[key] = rows[n_in:]  # type: ignore[index]
             elif kind == "x_digest":
                 attrs[key] = digests[p]
             elif kind == "edge_index":
@@ -327,17 +345,21 @@ def _write_parts(data: Data, plan: HaloPlan, out: Path, chunk_bytes: Optional[in
                 attrs[key] = empty(data[key], n_edges)
             else:
                 attrs[key] = data[key]
-        writers.append(_PartWriter(out / part_name(p), plan.partition(p, attrs, num_train_global).to_state()))
+        shared = {"halo_x": "x"} if with_halo else {}
+        writers.append(_PartWriter(out / part_name(p), plan.partition(p, attrs, num_train_global).to_state(), shared))
     try:
         cut = _write_edges(data, plan, layout, writers, chunk_bytes)
         _write_nodes(data, plan, layout, writers, chunk_bytes)
     finally:
         for w in writers:
             w.close()
+    for p in range(n_parts):
+        _write_adjacency(out / part_name(p), out / adj_name(p), plan.n_inner(p), plan.n_inner(p) + plan.n_halo(p),
+                         chunk_bytes)  # fmt: skip
     files = {}
     for p in range(n_parts):
-        path = out / part_name(p)
-        files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+        for path in (out / part_name(p), out / adj_name(p)):
+            files[path.name] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     stats = summarize(
         nodes=[plan.n_inner(p) for p in range(n_parts)],
         edges=list(plan.edge_counts),
@@ -414,6 +436,51 @@ def _write_nodes(data: Data, plan: HaloPlan, layout: list[tuple[str, str]], writ
                             writers[p].write("halo_x", window[g[lo:hi] - start], (first + lo) * row)
 
 
+def _write_adjacency(part_path: Path, adj_path: Path, n_inner: int, n_src: int, chunk_bytes: Optional[int]) -> None:
+    """Part's CSR and transpose (:mod:`lightning_halo.partition.csr`), from its ``edge_index`` read back in windows.
+
+    Bounded memory: :class:`~lightning_halo.partition.csr.BlockedCSR` holds one block of rows'
+    keys; the edge slots, scattered over the edge order, are written through a mapping of
+    their record (pages of the part's size at most, written back as they go).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    window = chunk_bytes or chunks.CHUNK_BYTES
+    with chunks.mapped_for_reading(part_path):
+        edge_index = torch.load(part_path, mmap=True, weights_only=True)["edge_index"]
+    num_edges = int(edge_index.size(1))
+    blocked = BlockedCSR(lambda: iter_edges(edge_index, max(1, window // 16)), n_inner, n_src, num_edges,
+                         max_entries=max(64, window // 4))  # fmt: skip
+    fake = FakeTensorMode()
+    state: dict[str, Tensor] = {}
+    for key, size in csr_sizes(n_inner, n_src, blocked.nnz, num_edges).items():
+        if key in ("adj_crow", "adj_t_crow"):
+            state[key] = blocked.crow if key == "adj_crow" else blocked.t_crow
+        else:
+            with fake:
+                state[key] = torch.empty(size, dtype=blocked.dtype)
+    writer = _PartWriter(adj_path, state)
+    np_dtype = np.int32 if blocked.dtype == torch.int32 else np.int64
+    try:
+        slots = np.memmap(adj_path, dtype=np_dtype, mode="r+", offset=writer.offset["adj_edge_slot"], shape=(num_edges,)) if num_edges else None
+        for first, col, edge_slots, (a, diag) in blocked.csr_blocks():
+            writer.write("adj_col", col, first)
+            writer.write("adj_diag_slot", diag, a)
+            for pos, value in edge_slots:
+                slots[pos.numpy()] = value.numpy()  # type: ignore[index]
+        if slots is not None:
+            slots.flush()
+            del slots
+        cols = np.memmap(adj_path, dtype=np_dtype, mode="r", offset=writer.offset["adj_col"], shape=(blocked.nnz,)) if blocked.nnz else None
+        for first, t_col, t_perm in blocked.transpose_blocks(lambda lo, hi: torch.from_numpy(np.array(cols[lo:hi]))):  # type: ignore[index]
+            writer.write("adj_t_col", t_col, first)
+            writer.write("adj_t_perm", t_perm, first)
+        del cols
+    finally:
+        writer.close()
+    del edge_index
+
+
 def _bytes(t: Tensor):  # noqa: ANN202 - a buffer for hashlib / os.pwrite, no copy
     return t.contiguous().reshape(-1).view(torch.uint8).numpy()
 
@@ -421,7 +488,7 @@ def _bytes(t: Tensor):  # noqa: ANN202 - a buffer for hashlib / os.pwrite, no co
 class _PartWriter:
     """One part file: its skeleton saved up front, then every tensor's bytes written in place."""
 
-    def __init__(self, path: Path, state: dict[str, Any]) -> None:
+    def __init__(self, path: Path, state: dict[str, Any], shared: Optional[dict[str, str]] = None) -> None:
         if not hasattr(torch.serialization, "skip_data"):
             raise RuntimeError(
                 f"writing partition files needs torch.serialization.skip_data (torch >= 2.6), this is torch "
@@ -429,18 +496,24 @@ class _PartWriter:
             )
         with torch.serialization.skip_data(materialize_fake_tensors=True):
             torch.save(state, path)
+        shared = shared or {}  # key -> the key whose storage it views (saved once, with the first)
         tensors = [(key, value) for key, value in state.items() if isinstance(value, Tensor)]
+        own = [(key, value) for key, value in tensors if key not in shared]
         offsets = _record_offsets(path)
         # torch.save numbers storages in the order the pickler meets them: state order
-        if [size for _, size in offsets] != [v.numel() * v.element_size() for _, v in tensors]:
+        if [size for _, size in offsets] != [v.untyped_storage().nbytes() for _, v in own]:
             raise RuntimeError(f"unexpected storage layout in {path}; torch.save changed its format")
-        self.offset = {key: off for (key, _), (off, _) in zip(tensors, offsets)}
+        self.offset = {key: off + v.storage_offset() * v.element_size() for (key, v), (off, _) in zip(own, offsets)}
+        for key, base in shared.items():
+            self.offset[key] = self.offset[base] - state[base].storage_offset() * state[base].element_size() + (
+                state[key].storage_offset() * state[key].element_size()
+            )
         self.itemsize = {key: v.element_size() for key, v in tensors}
         self.fd = os.open(path, os.O_WRONLY)
         from torch._subclasses.fake_tensor import FakeTensor
 
         for key, value in tensors:  # the plan and graph-level tensors are real already
-            if not isinstance(value, FakeTensor) and value.numel():
+            if not isinstance(value, FakeTensor) and value.numel() and key not in shared:
                 self.write(key, value, 0)
 
     def write(self, key: str, values: Tensor, first: int) -> None:

@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import iter_rows
+from lightning_halo.partition.halo_partition import PLAN_KEYS
 from lightning_halo.partition.options import MASK_KEYS
 
 
@@ -54,6 +55,12 @@ def check_graph(data: object, *, source: str = "the graph") -> Data:
         raise GraphValidationError(
             f"{source} is a {type(data).__name__}, not a torch_geometric.data.Data; pass a Data "
             "(or a path to a file written with torch.save(data, path)). HeteroData is not supported."
+        )
+    reserved = sorted(k for k in data.to_dict() if k in PLAN_KEYS)
+    if reserved:
+        raise GraphValidationError(
+            f"{source} has attribute(s) {', '.join(map(repr, reserved))}, name(s) lightning-halo gives to what it adds "
+            "to every partition (ids, exchange plan, halo features, adjacency); rename them before partitioning."
         )
     x = data.get("x")
     if not isinstance(x, Tensor):

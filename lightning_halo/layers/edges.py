@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from lightning_halo.exchange import ExchangePlan, HaloExchanger
-from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.halo_partition import PLAN_KEYS, HaloPartition
 
 Direction = Literal["in", "out"]
 
@@ -100,7 +100,8 @@ class PartitionEdges:
         attrs = {
             k: v
             for k, v in part.items()
-            if isinstance(v, Tensor) and k != "edge_index" and part.is_edge_attr(k) and v.size(0) == part.edge_index.size(1)
+            if isinstance(v, Tensor) and k != "edge_index" and k not in PLAN_KEYS and part.is_edge_attr(k)
+            and v.size(0) == part.edge_index.size(1)
         }
         self.sets: dict[str, EdgeSet] = {
             "in": EdgeSet("in", part.edge_index, n_inner, n_inner + int(part.n_halo), attrs)

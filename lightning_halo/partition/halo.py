@@ -16,6 +16,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import iter_edges
+from lightning_halo.partition.csr import partition_csr
 from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
 from lightning_halo.partition.options import MASK_KEYS
 
@@ -188,7 +189,9 @@ def build_halo_partitions(data: Data, parts: Tensor, num_parts: int | None = Non
     Part :math:`p` owns the nodes :math:`V_p = \{v : \text{parts}[v] = p\}`; its halo
     :math:`H_p` and exchange plan come from :func:`plan_halos`. Node-level attributes of
     ``data`` are restricted to the owned nodes, edge-level attributes to the kept edges (in
-    their original order), other attributes are copied.
+    their original order), other attributes are copied. ``x`` and ``halo_x`` are views of one
+    tensor (inner rows, then halo rows), and each part carries its CSR adjacency and its
+    transpose (:mod:`lightning_halo.partition.csr`).
 
     Args:
         data (Data): the whole graph.
@@ -215,6 +218,7 @@ def build_halo_partitions(data: Data, parts: Tensor, num_parts: int | None = Non
             pieces[p].append((idx + start, local_src, local_dst))
     layout = attribute_layout(data)
     num_train_global = int(data.train_mask.sum()) if "train_mask" in data else 0
+    with_halo = any(kind == "halo_x" for _, kind in layout)
     result: list[HaloPartition] = []
     for p in range(plan.num_parts):
         if pieces[p]:
@@ -223,11 +227,15 @@ def build_halo_partitions(data: Data, parts: Tensor, num_parts: int | None = Non
             e = local_src = local_dst = torch.empty(0, dtype=torch.long)
         inner = plan.inner(p)
         attrs: dict[str, Any] = {}
+        # x and halo_x are two views of one [n_in + n_halo, F] tensor: the first layer reads both without a copy
+        rows = data.x[torch.cat([inner, plan.halos[p]])] if with_halo else None
         for key, kind in layout:
-            if kind == "node":
+            if kind == "node" and key == "x" and rows is not None:
+                attrs[key] = rows[: inner.numel()]
+            elif kind == "node":
                 attrs[key] = data[key][inner]
             elif kind == "halo_x":
-                attrs[key] = data.x[plan.halos[p]]
+                attrs[key] = rows[inner.numel() :]  # type: ignore[index]
             elif kind == "x_digest":
                 attrs[key] = tensor_digest(attrs["x"])
             elif kind == "edge_index":
@@ -236,7 +244,10 @@ def build_halo_partitions(data: Data, parts: Tensor, num_parts: int | None = Non
                 attrs[key] = data[key][e]
             else:
                 attrs[key] = data[key]
-        result.append(plan.partition(p, attrs, num_train_global))
+        part = plan.partition(p, attrs, num_train_global)
+        for key, value in partition_csr(part.edge_index, plan.n_inner(p), plan.n_inner(p) + plan.n_halo(p)).items():
+            part[key] = value  # after the plan: where a partition directory's adjacency file puts them too
+        result.append(part)
     return result
 
 

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import CHUNK_BYTES, release_pages, windows
+from lightning_halo.partition.csr import CSR_KEYS
 
 #: Keys that describe the partition itself rather than the user's graph.
 PLAN_KEYS = (
@@ -25,6 +26,7 @@ PLAN_KEYS = (
     "num_nodes_global",
     "halo_x",
     "x_digest",
+    *CSR_KEYS,
 )
 
 
@@ -91,6 +93,13 @@ class HaloPartition(Data):
       matches it, the first layer reads ``halo_x``; if you change ``batch.x`` after
       partitioning, the owners' rows are exchanged instead.
 
+    ``x`` and ``halo_x`` are views of one tensor, inner rows then halo rows
+    (:meth:`input_rows`), so the first layer's input needs no concatenated copy.
+
+    The CSR adjacency of ``edge_index`` and its transpose, built once when partitioning
+    (``adj_crow``, ``adj_col``, ... see :mod:`lightning_halo.partition.csr`), for the layers
+    that aggregate with a fused sparse-dense product.
+
     Plus ``part_id``, ``num_parts``, ``n_inner``, ``n_halo``, ``num_nodes_global`` and
     ``num_train_global`` (train nodes of the whole graph, used to scale the loss).
 
@@ -133,6 +142,36 @@ class HaloPartition(Data):
         """Owner rank of every halo node (``[n_halo]``)."""
         counts = self.recv_counts.to(torch.long)
         return torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+
+    def input_rows(self) -> Tensor | None:
+        """``[x; halo_x]`` as one tensor without a copy, if ``x`` and ``halo_x`` are adjacent views of one storage.
+
+        ``None`` otherwise (e.g. after ``batch.x`` was replaced).
+        """
+        x, halo = self.get("x"), self.get("halo_x")
+        if not isinstance(x, Tensor) or not isinstance(halo, Tensor) or x.shape[1:] != halo.shape[1:] or x.dtype != halo.dtype:
+            return None
+        if not (x.is_contiguous() and halo.is_contiguous()) or x.device != halo.device:
+            return None
+        if x.untyped_storage().data_ptr() != halo.untyped_storage().data_ptr():
+            return None
+        if halo.storage_offset() != x.storage_offset() + x.numel():
+            return None
+        return x.as_strided((x.size(0) + halo.size(0), *x.shape[1:]), x.stride(), x.storage_offset())
+
+    def apply(self, func: Any, *args: str) -> HaloPartition:
+        """As :meth:`Data.apply`, but ``x`` and ``halo_x`` stay views of one tensor (e.g. through ``.to("cuda")``)."""
+        keys = args or tuple(self.to_dict())
+        rows = self.input_rows() if "x" in keys and "halo_x" in keys else None
+        if rows is None:
+            return super().apply(func, *args)  # type: ignore[return-value]
+        n = self.x.size(0)
+        rest = [k for k in keys if k not in ("x", "halo_x")]
+        if rest:
+            super().apply(func, *rest)
+        moved = func(rows)
+        self.x, self.halo_x = moved[:n], moved[n:]
+        return self
 
     def to_state(self) -> dict[str, Any]:
         """Plain dict of tensors and Python scalars, loadable with ``torch.load(weights_only=True)``."""

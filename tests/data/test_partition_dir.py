@@ -16,7 +16,7 @@ import lightning_halo.partition.chunks as chunks
 from lightning_halo import HaloDataModule, HaloPartition
 from lightning_halo.data import GraphValidationError, PartitionFileError, load_npy_graph, save_npy_graph
 from lightning_halo.data.offline import partition_to_dir
-from lightning_halo.data.partition_dir import read_manifest
+from lightning_halo.data.partition_dir import FORMAT_VERSION, read_manifest
 from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats
 from tests.support.graphs import awkward_graph, cora
 from tests.support.trainer import FakeTrainer
@@ -64,7 +64,10 @@ def test_directory_equals_in_memory_partitions(kind: str, graph: str, num_parts:
     assert (manifest["graph"]["num_features"], manifest["graph"]["num_classes"]) == (data.num_features, int(data.y.max()) + 1)
     dm = HaloDataModule(str(tmp_path / "out"))
     for p in range(num_parts):
-        assert_same_partition(_setup(dm, num_parts, p), expect[p])
+        part = _setup(dm, num_parts, p)
+        assert_same_partition(part, expect[p])
+        rows = part.input_rows()  # x and halo_x: one mapped tensor, as in memory
+        assert rows is not None and rows.data_ptr() == part.x.data_ptr()
 
 
 def test_memory_mapped_parts_are_read_only_on_disk(tmp_path: Path) -> None:
@@ -132,11 +135,12 @@ def _contents(directory: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(directory.iterdir())}
 
 
-def test_missing_part_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["part_1.pt", "adj_1.pt"])
+def test_missing_part_file(name: str, tmp_path: Path) -> None:
     out = _written(tmp_path)
-    (out / "part_1.pt").unlink()
+    (out / name).unlink()
     before = _contents(out)
-    with pytest.raises(PartitionFileError, match=r"part_1.pt is missing: .* holds 1 of the 2 part files"):
+    with pytest.raises(PartitionFileError, match=rf"{name} is missing: .* holds 3 of the 4 files its manifest lists"):
         _setup(HaloDataModule(str(out)), 2, 1)
     assert _contents(out) == before, "nothing in the directory may change"
 
@@ -171,7 +175,7 @@ def test_manifest_of_another_version_or_garbage(tmp_path: Path) -> None:
     out = _written(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "format_version": 2}))
-    with pytest.raises(PartitionFileError, match="format version 2, this lightning-halo reads version 3"):
+    with pytest.raises(PartitionFileError, match=f"format version 2, this lightning-halo reads version {FORMAT_VERSION}"):
         HaloDataModule(str(out)).num_features
     (out / "manifest.json").write_text("{trunc")
     with pytest.raises(PartitionFileError, match="unreadable or truncated"):
@@ -222,7 +226,8 @@ def test_out_directory_is_never_clobbered(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="another partitioning.*--overwrite"):
         partition_to_dir(awkward_graph(2), out, 3)
     assert partition_to_dir(awkward_graph(2), out, 3, overwrite=True)["num_parts"] == 3
-    assert sorted(f.name for f in out.iterdir()) == ["manifest.json", "part_0.pt", "part_1.pt", "part_2.pt"]
+    assert sorted(f.name for f in out.iterdir()) == ["adj_0.pt", "adj_1.pt", "adj_2.pt", "manifest.json", "part_0.pt",
+                                                      "part_1.pt", "part_2.pt"]  # fmt: skip
 
 
 @pytest.mark.parametrize("partitioner", ["kaminpar", "auto"])

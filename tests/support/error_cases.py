@@ -61,6 +61,7 @@ GRAPH_CASES = [
     ("mask with several splits", _set("test_mask", torch.zeros(6, 10, dtype=torch.bool)), "pick one"),
     ("no nodes", lambda d: d.update({"x": torch.zeros(0, 3)}), "has no nodes"),
     ("num_nodes disagrees with x", _set("num_nodes", 9), "data.num_nodes=9 but x has 6 rows"),
+    ("an attribute named like what partitions add", _set("global_id", torch.arange(6)), "'global_id', name(s) lightning-halo gives"),
 ]
 
 
