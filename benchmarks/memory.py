@@ -83,6 +83,57 @@ class Sampler:
         return self.at_peak
 
 
+# ---------------------------------------------------------------------------------------- the bound
+def mappings(paths: list[str]) -> list[tuple[int, int, int]]:
+    """``(start, end, resident bytes)`` of this process's mappings of the files ``paths`` (``/proc/self/smaps``)."""
+    wanted = {os.path.realpath(p) for p in paths}
+    out, current = [], None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's header line
+                lo, hi = (int(v, 16) for v in head[0].split("-"))
+                current = [lo, hi, 0] if len(head) >= 6 and head[5] in wanted else None
+                if current is not None:
+                    out.append(current)
+            elif current is not None and head[0] == "Rss:":
+                current[2] = int(head[1]) * 1024
+    return [tuple(m) for m in out]  # type: ignore[misc]
+
+
+def saved_tensor_hooks(record: dict[str, Any], exclude: Any) -> Any:
+    """``torch.autograd.graph.saved_tensors_hooks`` that add up the distinct storages autograd saves.
+
+    ``exclude(storage)`` says which are counted elsewhere (parameters, pages of the part files).
+    """
+    import torch
+
+    seen: dict[int, int] = {}
+
+    def pack(t: "torch.Tensor") -> "torch.Tensor":
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in seen and not exclude(st):
+            seen[ptr] = st.nbytes()
+            record["saved_bytes"] = sum(seen.values())
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
+def memory_bound(part_pages: int, saved: int, model: int, grads: int, optimizer: int) -> int:
+    r"""The bytes a training rank cannot avoid: what its step reads of the part files (mapped pages,
+    adjacency and transpose included), the activations autograd saves for backward, the model, its
+    gradients and the optimizer state. The measured peak is compared with this (above the idle
+    process), as the kernel bound is with compute time.
+
+    Example:
+        >>> memory_bound(100, 50, 4, 4, 8)
+        166
+    """
+    return part_pages + saved + model + grads + optimizer
+
+
 # ---------------------------------------------------------------------------------------- generate
 def generate(out: Path, nodes: int, degree: int, features: int, classes: int, blocks: int, p_in: float, noise: float,
              seed: int, chunk: int = 1 << 18) -> dict[str, Any]:  # fmt: skip
@@ -154,7 +205,7 @@ def generate(out: Path, nodes: int, degree: int, features: int, classes: int, bl
 
 
 # ---------------------------------------------------------------------------------------- partition
-def partition_one(graph: str, parts: int, out: Path, structure: bool) -> dict[str, Any]:
+def partition_one(graph: str, parts: int, out: Path, structure: bool, partitioner: str = "metis") -> dict[str, Any]:
     """Run in a fresh process: ``partition_to_dir`` with the peak RSS of each of its phases."""
     from lightning_halo.data.offline import partition_to_dir
 
@@ -174,13 +225,15 @@ def partition_one(graph: str, parts: int, out: Path, structure: bool) -> dict[st
             current.append(name)
 
     shutil.rmtree(out, ignore_errors=True)
-    manifest = partition_to_dir(graph, out, parts, on_phase=on_phase)
+    manifest = partition_to_dir(graph, out, parts, partitioner=partitioner, on_phase=on_phase)
     at_peak = sampler.stop()
     record: dict[str, Any] = {
-        "graph": graph, "parts": parts, "idle_rss": idle["VmRSS"], "phases": phases,
+        "graph": graph, "parts": parts, "partitioner": partitioner, "partitioned_with": manifest["partitioned_with"],
+        "idle_rss": idle["VmRSS"], "phases": phases,
         "peak_rss": max(p["peak"] for p in phases.values()), "at_peak": at_peak,
         "timings": manifest["timings"], "stats": manifest["stats"], "graph_facts": manifest["graph"],
         "part_bytes": [manifest["files"][f"part_{p}.pt"]["bytes"] for p in range(parts)],
+        "adj_bytes": [manifest["files"][f"adj_{p}.pt"]["bytes"] for p in range(parts)],
     }  # fmt: skip
     if structure:  # the CSR METIS gets, measured on its own (after the run: not part of its peak)
         from lightning_halo.data.sources import open_graph
@@ -200,17 +253,25 @@ def graph_bytes(graph: str) -> int:
     return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.glob("*.npy"))
 
 
+def parts_dir(label: str, parts: int, partitioner: str = "metis") -> Path:
+    """Where the partition directory of ``label`` into ``parts`` parts by ``partitioner`` is written."""
+    return TMP / "memory" / label / f"{partitioner}-{parts}"
+
+
 def cmd_partition(a: argparse.Namespace) -> None:
+    """Each partitioner and part count in a fresh process; the partitioners side by side per part count."""
     for i, parts in enumerate(a.parts):
-        out = TMP / "memory" / a.label / f"parts-{parts}"
-        target = RESULTS / a.label / f"partition-{parts}.json"
-        cmd = [sys.executable, "-m", "benchmarks.memory", "_partition", "--graph", a.graph, "--parts", str(parts),
-               "--out", str(out), "--result", str(target)] + (["--structure"] if i == 0 else [])  # fmt: skip
-        _run(cmd)
-        rec = json.loads(target.read_text())
-        peaks = ", ".join(f"{k} {v['peak'] / MB:.0f}" for k, v in rec["phases"].items())
-        print(f"{a.label} P={parts}: partition peak {rec['peak_rss'] / MB:.0f} MB ({peaks}), "
-              f"METIS {rec['timings']['metis_s']:.1f} s", flush=True)  # fmt: skip
+        for partitioner in a.partitioners:
+            target = RESULTS / a.label / f"partition-{partitioner}-{parts}.json"
+            cmd = [sys.executable, "-m", "benchmarks.memory", "_partition", "--graph", a.graph, "--parts", str(parts),
+                   "--out", str(parts_dir(a.label, parts, partitioner)), "--result", str(target),
+                   "--partitioner", partitioner] + (["--structure"] if i == 0 else [])  # fmt: skip
+            _run(cmd)
+            rec = json.loads(target.read_text())
+            peaks = ", ".join(f"{k} {v['peak'] / MB:.0f}" for k, v in rec["phases"].items())
+            print(f"{a.label} P={parts} {partitioner}: partition peak {rec['peak_rss'] / MB:.0f} MB ({peaks}), "
+                  f"partitioner {rec['timings']['partition_s']:.1f} s, cut {rec['stats']['edge_cut']}, "
+                  f"balance {rec['stats']['balance']:.3f}", flush=True)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- train
@@ -250,16 +311,42 @@ def rank_main(a: argparse.Namespace) -> None:
                               "lightning_halo": str(Path(lightning_halo.__file__).parent)}  # fmt: skip
     t0 = time.perf_counter()
 
+    files: list[str] = []
+
     class Probe(L.Callback):
+        """Phase peaks; in the first step, what autograd saves; after it, the part pages the step read."""
+
+        hooks: Any = None
+
         def on_fit_start(self, trainer, pl_module):  # data loaded, model wrapped
             record["phases"]["load"] = {"peak": status()["VmHWM"], "seconds": time.perf_counter() - t0}
             reset_peak()
+            d = Path(a.data) if a.cache_dir is None else trainer.datamodule.cache_for(world).dir
+            files.extend(str(d / f"{kind}_{rank}.pt") for kind in ("part", "adj"))
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.current_epoch == 0:
+                params = {p.untyped_storage().data_ptr() for p in pl_module.parameters()}
+                ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
+                self.hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in params or any(
+                    lo <= st.data_ptr() < hi for lo, hi in ranges))  # fmt: skip
+                self.hooks.__enter__()
+
+        def on_before_backward(self, trainer, pl_module, loss):
+            if self.hooks is not None:
+                self.hooks.__exit__(None, None, None)
+                self.hooks = None
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            record.setdefault("resident_after_step", []).append(status()["VmRSS"])
+            record["part_pages"] = sum(rss for _, _, rss in mappings(files))
 
         def on_train_end(self, trainer, pl_module):
             record["phases"]["train"] = {"peak": status()["VmHWM"], "seconds": time.perf_counter() - t0}
 
     dm = HaloDataModule(a.data, cache_dir=a.cache_dir)
-    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=a.hidden, sparse=True)
+    # the model passes batch.edge_index; the strategy aggregates with the stored CSR (aggregation="auto")
+    model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=a.hidden, sparse=False)
     trainer = L.Trainer(
         strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=world, max_epochs=a.epochs, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -272,6 +359,7 @@ def rank_main(a: argparse.Namespace) -> None:
     opt = sum(v.numel() * v.element_size() for s in trainer.optimizers[0].state.values() for v in s.values()
               if isinstance(v, torch.Tensor))  # fmt: skip
     record["model_bytes"], record["grad_bytes"], record["optimizer_bytes"] = params, params, opt
+    record["bound"] = memory_bound(record.get("part_pages", 0), record.get("saved_bytes", 0), params, params, opt)
     if hasattr(dm, "cache_for"):  # this checkout's partition directories (not in the code before them)
         manifest = dm.cache_for(world).read_meta()
         record["part_bytes"] = manifest["files"][f"part_{rank}.pt"]["bytes"]
@@ -596,6 +684,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     pa.add_argument("--graph", required=True)
     pa.add_argument("--parts", nargs="+", type=int, default=[2, 4, 8])
     pa.add_argument("--label", required=True)
+    pa.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
     for name in ("train", "file"):
         t = sub.add_parser(name)
         t.add_argument("--label", required=True)
@@ -627,6 +716,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     one.add_argument("--out", required=True)
     one.add_argument("--result", required=True)
     one.add_argument("--structure", action="store_true")
+    one.add_argument("--partitioner", default="metis")
     rk = sub.add_parser("_rank")
     rk.add_argument("--data", required=True)
     rk.add_argument("--result", required=True)
@@ -639,7 +729,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     elif a.cmd == "partition":
         cmd_partition(a)
     elif a.cmd == "_partition":
-        rec = partition_one(a.graph, a.parts, Path(a.out), a.structure)
+        rec = partition_one(a.graph, a.parts, Path(a.out), a.structure, a.partitioner)
         Path(a.result).parent.mkdir(parents=True, exist_ok=True)
         Path(a.result).write_text(json.dumps(rec, indent=1))
     elif a.cmd == "train":

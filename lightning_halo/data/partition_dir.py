@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import struct
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -439,9 +440,8 @@ def _write_nodes(data: Data, plan: HaloPlan, layout: list[tuple[str, str]], writ
 def _write_adjacency(part_path: Path, adj_path: Path, n_inner: int, n_src: int, chunk_bytes: Optional[int]) -> None:
     """Part's CSR and transpose (:mod:`lightning_halo.partition.csr`), from its ``edge_index`` read back in windows.
 
-    Bounded memory: :class:`~lightning_halo.partition.csr.BlockedCSR` holds one block of rows'
-    keys; the edge slots, scattered over the edge order, are written through a mapping of
-    their record (pages of the part's size at most, written back as they go).
+    Bounded memory: :class:`~lightning_halo.partition.csr.BlockedCSR` holds one block of rows
+    (temporary files beside ``adj_path`` hold the rest), and the file is written in place.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -449,35 +449,26 @@ def _write_adjacency(part_path: Path, adj_path: Path, n_inner: int, n_src: int, 
     with chunks.mapped_for_reading(part_path):
         edge_index = torch.load(part_path, mmap=True, weights_only=True)["edge_index"]
     num_edges = int(edge_index.size(1))
-    blocked = BlockedCSR(lambda: iter_edges(edge_index, max(1, window // 16)), n_inner, n_src, num_edges,
-                         max_entries=max(64, window // 4))  # fmt: skip
-    fake = FakeTensorMode()
-    state: dict[str, Tensor] = {}
-    for key, size in csr_sizes(n_inner, n_src, blocked.nnz, num_edges).items():
-        if key in ("adj_crow", "adj_t_crow"):
-            state[key] = blocked.crow if key == "adj_crow" else blocked.t_crow
-        else:
-            with fake:
-                state[key] = torch.empty(size, dtype=blocked.dtype)
-    writer = _PartWriter(adj_path, state)
-    np_dtype = np.int32 if blocked.dtype == torch.int32 else np.int64
-    try:
-        slots = np.memmap(adj_path, dtype=np_dtype, mode="r+", offset=writer.offset["adj_edge_slot"], shape=(num_edges,)) if num_edges else None
-        for first, col, edge_slots, (a, diag) in blocked.csr_blocks():
-            writer.write("adj_col", col, first)
-            writer.write("adj_diag_slot", diag, a)
-            for pos, value in edge_slots:
-                slots[pos.numpy()] = value.numpy()  # type: ignore[index]
-        if slots is not None:
-            slots.flush()
-            del slots
-        cols = np.memmap(adj_path, dtype=np_dtype, mode="r", offset=writer.offset["adj_col"], shape=(blocked.nnz,)) if blocked.nnz else None
-        for first, t_col, t_perm in blocked.transpose_blocks(lambda lo, hi: torch.from_numpy(np.array(cols[lo:hi]))):  # type: ignore[index]
-            writer.write("adj_t_col", t_col, first)
-            writer.write("adj_t_perm", t_perm, first)
-        del cols
-    finally:
-        writer.close()
+    with tempfile.TemporaryDirectory(prefix=".csr-", dir=adj_path.parent) as tmp:
+        blocked = BlockedCSR(lambda: iter_edges(edge_index, max(1, window // 16)), n_inner, n_src, num_edges, Path(tmp),
+                             max_entries=max(64, window // 8))  # fmt: skip
+        fake = FakeTensorMode()
+        state: dict[str, Tensor] = {}
+        for key, size in csr_sizes(n_inner, n_src, blocked.nnz, num_edges).items():
+            if key in ("adj_crow", "adj_t_crow"):
+                state[key] = blocked.crow if key == "adj_crow" else blocked.t_crow
+            else:
+                with fake:
+                    state[key] = torch.empty(size, dtype=blocked.dtype)
+        writer = _PartWriter(adj_path, state)
+        try:
+            blocked.copy_csr(writer.write, window=max(1, window // 4))
+            np_dtype = np.int32 if blocked.dtype == torch.int32 else np.int64
+            cols = np.memmap(adj_path, dtype=np_dtype, mode="r", offset=writer.offset["adj_col"], shape=(blocked.nnz,)) if blocked.nnz else None
+            blocked.transpose(lambda lo, hi: torch.from_numpy(np.array(cols[lo:hi])), writer.write)  # type: ignore[index]
+            del cols
+        finally:
+            writer.close()
     del edge_index
 
 

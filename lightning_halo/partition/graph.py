@@ -13,6 +13,7 @@ from torch import Tensor
 
 from lightning_halo.partition.chunks import CHUNK_BYTES, iter_edges, trim_heap
 from lightning_halo.partition.kaminpar import EPS, run_kaminpar, write_parhip
+from lightning_halo.partition.sorting import sorted_unique, stable_argsort
 from lightning_halo.partition.options import (
     Balance,
     Partitioner,
@@ -77,7 +78,8 @@ def symmetric_csr(
     adj = torch.from_numpy(buf)
     fill = ptr[:-1].clone()
     for rows, cols in both_directions():
-        rows, order = torch.sort(rows, stable=True)
+        order = stable_argsort(rows, num_nodes)
+        rows = rows[order]
         uniq, counts = torch.unique_consecutive(rows, return_counts=True)
         first = torch.cumsum(counts, 0) - counts
         within = torch.arange(rows.numel()) - torch.repeat_interleave(first, counts)
@@ -93,7 +95,7 @@ def symmetric_csr(
         b = min(b, num_nodes)
         seg = adj[int(ptr[a]) : int(ptr[b])]
         row = torch.repeat_interleave(torch.arange(a, b), deg[a:b])
-        key = torch.unique(row * num_nodes + seg)  # sorted
+        key = sorted_unique(row * num_nodes + seg)
         row = torch.div(key, num_nodes, rounding_mode="floor")
         adj[write : write + key.numel()] = key - row * num_nodes
         xadj[a + 1 : b + 1] = write + torch.cumsum(torch.bincount(row - a, minlength=b - a), 0)
