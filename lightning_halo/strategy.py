@@ -28,6 +28,7 @@ from lightning_halo.loss import LossScaling, check_scale_loss
 from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
+from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ class HaloQuantStrategy(DDPStrategy):
     @override
     def setup_environment(self) -> None:
         super().setup_environment()
+        release_at_exit()  # gloo threads must not outlive the interpreter: see lightning_halo.shutdown
         self._set_threads()
         if self.world_size > 1 and self._halo_group is None:
             # Its own group: halo traffic never interleaves with DDP's all-reduce on the default one.
@@ -432,10 +434,6 @@ class HaloQuantStrategy(DDPStrategy):
             dist.destroy_process_group(self._halo_group)
             self._halo_group = None
         super().teardown()
-        # gloo's worker threads destroy finished collectives (releasing Python tensors) after the
-        # waiting caller returned; they need the GIL for that. Yield it briefly so none is still
-        # pending if the script exits right after fit (an interpreter shutting down aborts them).
-        time.sleep(0.05)
 
     @classmethod
     @override
