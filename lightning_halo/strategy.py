@@ -17,6 +17,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import _augment_message
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from torch import Tensor
@@ -32,6 +33,14 @@ from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
 
+# DDP's error when a parameter got no gradient in the previous step, and what to do about it here.
+_UNUSED_PARAMETERS = ".*Expected to have finished reduction in the prior iteration.*"
+_UNUSED_PARAMETERS_FIX = (
+    "It looks like your LightningModule has parameters that were not used in producing the loss returned by "
+    "training_step (PyG's DirGNNConv, for one, leaves its inner layers' root weight unused). If this is intentional, "
+    "enable DDP's detection of unused parameters: strategy=HaloQuantStrategy(find_unused_parameters=True), or in a "
+    "config `--trainer.strategy.init_args.find_unused_parameters true`."
+)
 _GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
 
 
@@ -406,6 +415,8 @@ class HaloQuantStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        # DDPStrategy's explanation of DDP's unused-parameter error names DDPStrategy: name this strategy.
+        _augment_message(exception, pattern=_UNUSED_PARAMETERS, new_message=_UNUSED_PARAMETERS_FIX)
         super().on_exception(exception)
         # A failed run must leave no process behind. A rank frozen in user code never reaches the
         # collective that would time out, and Lightning's launcher kills the ranks it started only on
