@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 PROG = "lightning-halo"
 _SRUN_HINT = "The `srun` command is available on your system but is not used"
-_CALLBACKS_HINT = "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint"
+_CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
+                         "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 _PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
@@ -69,8 +70,10 @@ class HaloCLI(LightningCLI):
         if self.subcommand in EVALUATING:
             config["ckpt_path"] = checkpoint_for(self.subcommand, config.get("ckpt_path"))
             # Restoring weights to evaluate them does not need the callbacks fit checkpointed with (that is
-            # for resuming fit), but Lightning asks for them, e.g. for the ModelCheckpoint that wrote the file.
-            warnings.filterwarnings("ignore", message=_CALLBACKS_HINT)
+            # for resuming fit), but Lightning asks for them, and a configured ModelCheckpoint says that its
+            # state is not restored into this run's folder: neither concerns evaluation.
+            for hint in _CALLBACK_STATE_HINTS:
+                warnings.filterwarnings("ignore", message=hint)
 
     @override
     def instantiate_classes(self) -> None:

@@ -173,32 +173,28 @@ def test_partition_command_prints_tables(tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 def test_predict_writes_the_whole_graph_and_evaluation_uses_the_checkpoint(tmp_path: Path) -> None:
-    """fit, then predict / validate / test from its checkpoint on 2 ranks: the prediction file holds the
-    single-process forward of the checkpoint's model over the whole graph, in global node order."""
+    """docs/cli.md's workflow on 2 ranks: fit (CSV logger, checkpoints), then predict / validate / test from the
+    last checkpoint. The prediction file, in the next run folder, holds the single-process forward of the
+    checkpoint's model over the whole graph, in global node order."""
     from lightning_halo import load_graph
     from lightning_halo.models import GCN
 
-    config = ["--config", str(ROOT / "examples/configs/gcn.yaml"), "--trainer.enable_progress_bar", "false"]
-    cli_ranks(
-        "fit", *config, "--trainer.max_epochs", "2", "--trainer.enable_checkpointing", "true",
-        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.save_last=true",
-        "--trainer.callbacks.dirpath", str(tmp_path / "ckpt"), tmp_path=tmp_path,
-    )  # fmt: skip
-    ckpt = tmp_path / "ckpt" / "last.ckpt"
-    output = cli_ranks("predict", *config, "--ckpt_path", str(ckpt), "--trainer.default_root_dir", str(tmp_path / "run"),
-                       tmp_path=tmp_path)  # fmt: skip
-    written = tmp_path / "run" / "predictions.pt"
+    config = ["--config", str(ROOT / "examples/configs/gcn_1bit.yaml"), "--trainer.enable_progress_bar", "false"]
+    cli_ranks("fit", *config, "--trainer.max_epochs", "2", tmp_path=tmp_path)
+    ckpt = "lightning_logs/gcn_1bit/version_0/checkpoints/last.ckpt"  # relative to the working directory
+    output = cli_ranks("predict", *config, "--ckpt_path", ckpt, tmp_path=tmp_path)
+    written = "lightning_logs/gcn_1bit/version_1/predictions.pt"
     data = load_graph("cora")
     n, c = data.num_nodes, int(data.y.max()) + 1
-    assert f"predictions of {n} nodes (float32 [{n}, {c}]) written to {written}" in output, output[-3000:]
+    assert f"predictions of {n} nodes (float32 [{n}, {c}]) written to {written}\n" in output, output[-3000:]
     assert noise_lines(output) == [], output[-5000:]
-    model = GCN.load_from_checkpoint(ckpt).eval()  # docs/quickstart.md: the checkpoint as a plain model
+    model = GCN.load_from_checkpoint(tmp_path / ckpt).eval()  # docs/quickstart.md: the checkpoint as a plain model
     with torch.no_grad():
         expected = model(data.x, data.edge_index)
-    torch.testing.assert_close(torch.load(written, weights_only=True), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.load(tmp_path / written, weights_only=True), expected, rtol=1e-4, atol=1e-5)
     accuracy = float((expected.argmax(-1)[data.test_mask] == data.y[data.test_mask]).float().mean())
     for verb in ("validate", "test"):
-        output = cli_ranks(verb, *config, "--ckpt_path", str(ckpt), tmp_path=tmp_path)
+        output = cli_ranks(verb, *config, "--ckpt_path", ckpt, tmp_path=tmp_path)
         assert noise_lines(output) == [], output[-5000:]
     printed = re.search(r"test_acc\s+([\d.]+)", output)
     assert printed and abs(float(printed.group(1)) - accuracy) < 1e-6, output[-3000:]
