@@ -116,13 +116,19 @@ def checkpoint_for(verb: str, ckpt_path: Optional[str]) -> Optional[str]:
 
 
 def library_error(err: BaseException) -> Optional[BaseException]:
-    """The first exception in ``err``'s chain that lightning-halo itself raised, or None."""
+    """The first exception in ``err``'s chain that lightning-halo raised on purpose, or None.
+
+    On purpose: raised in the package, of the kinds its checks raise (``ValueError``,
+    ``TypeError``, ``RuntimeError``, ``OSError`` and their subclasses). Anything else (an
+    ``AttributeError``, an ``AssertionError``, ...) would be a bug: its traceback stays.
+    """
     seen: set[int] = set()
     current: Optional[BaseException] = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         frames = traceback.extract_tb(current.__traceback__)
-        if frames and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR):
+        raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR)
+        if raised_here and isinstance(current, (ValueError, TypeError, RuntimeError, OSError)):
             return current
         current = current.__cause__ or current.__context__
     return None
