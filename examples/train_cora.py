@@ -88,10 +88,7 @@ def main() -> None:
     result = trainer.test(model, datamodule=dm, verbose=False)
     if trainer.is_global_zero:
         print(f"test_acc {result[0]['test_acc']:.4f}")
-    # Release the process groups before the interpreter exits (PyTorch's advice; gloo threads
-    # finishing a collective during interpreter shutdown can abort the process).
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    # No destroy_process_group() needed: the strategy releases the process groups at exit.
 
 
 if __name__ == "__main__":

@@ -26,7 +26,13 @@ __version__ = "0.1.0"
 __getattr__, __dir__, __all__ = lazy_module_attributes(
     __name__,
     {
-        "lightning_halo.callbacks": ["EpochPrinter", "HaloSchedule", "HaloStateCallback", "HaloTrafficLogger"],
+        "lightning_halo.callbacks": [
+            "EpochPrinter",
+            "HaloPredictionWriter",
+            "HaloSchedule",
+            "HaloStateCallback",
+            "HaloTrafficLogger",
+        ],
         "lightning_halo.data": ["GraphValidationError", "HaloDataModule", "load_graph"],
         "lightning_halo.exchange": ["HaloExchangeError"],
         "lightning_halo.layers": [
@@ -46,7 +52,13 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
 )
 
 if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these statically)
-    from lightning_halo.callbacks import EpochPrinter, HaloSchedule, HaloStateCallback, HaloTrafficLogger
+    from lightning_halo.callbacks import (
+        EpochPrinter,
+        HaloPredictionWriter,
+        HaloSchedule,
+        HaloStateCallback,
+        HaloTrafficLogger,
+    )
     from lightning_halo.data import GraphValidationError, HaloDataModule, load_graph
     from lightning_halo.exchange import HaloExchangeError
     from lightning_halo.layers import (

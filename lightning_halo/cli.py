@@ -8,12 +8,16 @@ Lightning (for the strategy registry) and nothing of PyG, the exchange or the qu
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import sys
+import traceback
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
@@ -25,7 +29,22 @@ if TYPE_CHECKING:
 
 PROG = "lightning-halo"
 _SRUN_HINT = "The `srun` command is available on your system but is not used"
+_CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
+                         "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 _PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
+#: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
+EVALUATING = ("validate", "test", "predict")
+#: The --ckpt_path value that asks for the freshly initialised weights on purpose.
+UNTRAINED = "untrained"
+#: Modules whose classes the command names by their short name (``--model GCN``, ``HaloSchedule``):
+#: jsonargparse resolves a short class name among the imported subclasses of the expected type.
+SHORT_NAMES = ("lightning_halo.models", "lightning_halo.strategy", "lightning_halo.callbacks.schedule",
+               "lightning_halo.callbacks.predictions", "lightning_halo.callbacks.printer")  # fmt: skip
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class CommandError(Exception):
+    """A mistake in the command line or the configuration: printed as one line, exit status 2."""
 
 
 class HaloCLI(LightningCLI):
@@ -48,6 +67,71 @@ class HaloCLI(LightningCLI):
             # in fit) that `srun` is not used: a multi-node run would wait for nodes that never come.
             # One node needs no srun. This process is the command's own, so the filter is global.
             warnings.filterwarnings("ignore", message=_SRUN_HINT, category=PossibleUserWarning)
+        if self.subcommand in EVALUATING:
+            config["ckpt_path"] = checkpoint_for(self.subcommand, config.get("ckpt_path"))
+            # Restoring weights to evaluate them does not need the callbacks fit checkpointed with (that is
+            # for resuming fit), but Lightning asks for them, and a configured ModelCheckpoint says that its
+            # state is not restored into this run's folder: neither concerns evaluation.
+            for hint in _CALLBACK_STATE_HINTS:
+                warnings.filterwarnings("ignore", message=hint)
+
+    @override
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            # jsonargparse wraps what our classes raise (e.g. "Call to compute_fn of link ... failed"): show
+            # the library's own message instead of a traceback through the parser.
+            own = library_error(err)
+            if own is None:
+                raise
+            raise CommandError(f"{type(own).__name__}: {own}") from err
+
+    def before_predict(self) -> None:
+        """The predictions of the whole graph go to a file, unless the configuration writes them itself."""
+        from lightning_halo.callbacks.predictions import HaloPredictionWriter
+
+        if not any(isinstance(cb, BasePredictionWriter) for cb in self.trainer.callbacks):
+            self.trainer.callbacks.append(HaloPredictionWriter())
+
+
+def checkpoint_for(verb: str, ckpt_path: Optional[str]) -> Optional[str]:
+    """The ``ckpt_path`` to evaluate with; refuses none at all, which would mean random weights.
+
+    ``--ckpt_path untrained`` asks for the model's freshly initialised weights on purpose.
+
+    Example:
+        >>> checkpoint_for("test", "untrained") is None
+        True
+    """
+    if ckpt_path == UNTRAINED:
+        return None
+    if ckpt_path is None:
+        raise CommandError(
+            f"no --ckpt_path: {verb} would run the model with its freshly initialised, random weights. Give the "
+            "checkpoint to evaluate (written by fit, e.g. --ckpt_path lightning_logs/<name>/version_0/checkpoints/"
+            f"last.ckpt), or --ckpt_path {UNTRAINED} to {verb} the untrained model on purpose."
+        )
+    return ckpt_path
+
+
+def library_error(err: BaseException) -> Optional[BaseException]:
+    """The first exception in ``err``'s chain that lightning-halo raised on purpose, or None.
+
+    On purpose: raised in the package, of the kinds its checks raise (``ValueError``,
+    ``TypeError``, ``RuntimeError``, ``OSError`` and their subclasses). Anything else (an
+    ``AttributeError``, an ``AssertionError``, ...) would be a bug: its traceback stays.
+    """
+    seen: set[int] = set()
+    current: Optional[BaseException] = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = traceback.extract_tb(current.__traceback__)
+        raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR)
+        if raised_here and isinstance(current, (ValueError, TypeError, RuntimeError, OSError)):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class SaveConfigBesideLogs(SaveConfigCallback):
@@ -112,25 +196,29 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
 
         return partition_main(argv[1:])
     from lightning_halo.data import HaloDataModule
+    from lightning_halo.shutdown import release_process_groups
 
+    for module in SHORT_NAMES:
+        importlib.import_module(module)
     trainer_defaults: dict[str, Any] = {
         # One batch (the rank's partition) per epoch: log every step, or step-level metrics such as
         # train_loss reach the logger only every 50 epochs (and Lightning warns about it).
         "log_every_n_steps": 1,
         "callbacks": [EpochPrinter()],  # one line per epoch when the progress bar is off
     }
-    HaloCLI(
-        datamodule_class=HaloDataModule,
-        save_config_callback=SaveConfigBesideLogs,
-        save_config_kwargs={"overwrite": True},
-        trainer_defaults=trainer_defaults,
-        # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
-        args=None if args is None else argv,
-    )
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()  # before interpreter exit: see docs/faq.md
+    try:
+        HaloCLI(
+            datamodule_class=HaloDataModule,
+            save_config_callback=SaveConfigBesideLogs,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults=trainer_defaults,
+            # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
+            args=None if args is None else argv,
+        )
+    except CommandError as err:
+        print(f"{PROG} {argv[0]}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    release_process_groups()  # before the interpreter exits: see lightning_halo.shutdown
     return None
 
 

@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
         "pyg:<Class>:<root>[:<name>], or a partition directory (to print its tables)",
     )  # fmt: skip
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the graph, as in earlier versions
-    parser.add_argument("--parts", "--num-parts", dest="parts", type=int, required=True, help="number of parts = training processes")
+    parser.add_argument("--parts", "--num-parts", dest="parts", type=int, help="number of parts = training processes (not needed for a partition directory)")
     parser.add_argument("--out", default=None, help="write a partition directory here (else: into the cache)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition directory at --out")
     parser.add_argument(
@@ -57,6 +57,20 @@ def main(argv: list[str]) -> int:
     graph = args.graph or args.data
     if graph is None:
         parser.error("give the graph: lightning-halo partition GRAPH --parts P [--out DIR]")
+    from lightning_halo.data.partition_dir import PartitionFileError, is_partition_dir, read_manifest
+
+    if is_partition_dir(graph):  # written earlier: print its tables
+        try:
+            manifest = read_manifest(graph)
+        except PartitionFileError as err:
+            parser.exit(2, f"lightning-halo partition: error: {err}\n")
+        problem = partition_dir_errors(graph, manifest, args.parts, args.out)
+        if problem:
+            parser.exit(2, f"lightning-halo partition: error: {problem}\n")
+        print_report(manifest, str(graph), args, place="partition directory")
+        return 0
+    if args.parts is None:
+        parser.error("--parts is required to partition a graph: the number of training processes")
     options = dict(partitioner=args.partitioner, balance=args.balance, seed=args.seed)
     try:
         if args.out is not None:
@@ -81,7 +95,29 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace) -> None:
+def partition_dir_errors(directory: str, manifest: dict[str, Any], parts: int | None, out: str | None) -> str:
+    """What is wrong with asking for ``--parts`` / ``--out`` of an existing partition directory ("" if nothing).
+
+    Example:
+        >>> partition_dir_errors("parts/cora-2", {"num_parts": 2}, 3, None)[:55]
+        'parts/cora-2 is a partition directory of 2 parts, not 3'
+    """
+    held = int(manifest["num_parts"])
+    if parts is not None and parts != held:
+        return (
+            f"{directory} is a partition directory of {held} parts, not {parts}: its part count was fixed when it was "
+            f"written. Leave out --parts to print its tables, or partition the original graph into {parts}: "
+            f"`lightning-halo partition GRAPH --parts {parts} --out NEW_DIR`."
+        )
+    if out is not None:
+        return (
+            f"{directory} is a partition directory, not a graph: it cannot be partitioned again. To write a new "
+            f"partitioning, give the original graph: `lightning-halo partition GRAPH --parts P --out {out}`."
+        )
+    return ""
+
+
+def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace, place: str | None = None) -> None:
     from lightning_halo.exchange import predict_traffic
 
     stats, graph = manifest["stats"], manifest["graph"]
@@ -112,4 +148,5 @@ def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace)
     if args.gcn:
         print(f"plus once: GCN degrees of the halo {traffic[32]['aux_once'] / 1e6:.3f} MB")
     sizes = sum(f["bytes"] for f in manifest["files"].values())
-    print(f"{'written to' if args.out else 'cached in'} {where} ({manifest['num_parts']} part files, {sizes / 1e6:.1f} MB)")
+    place = place or ("written to" if args.out else "cached in")
+    print(f"{place} {where} ({manifest['num_parts']} part files, {sizes / 1e6:.1f} MB)")

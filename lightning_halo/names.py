@@ -15,6 +15,9 @@ STRATEGY_NAMES: tuple[tuple[str, int, str, str], ...] = (
     ("halo_8bit", 8, "popen", "8-bit quantized halos (lossy, unbiased)"),
     ("halo_quant", 1, "popen", "1-bit quantized halos (lossy, unbiased; the class default)"),
     ("halo_quant_spawn", 1, "spawn", "1-bit quantized halos (lossy), start_method 'spawn'"),
+    # The class by its name, as `--trainer.strategy HaloQuantStrategy` hands it over: jsonargparse keeps a bare
+    # name as a string (the Trainer's strategy may be one), and Lightning looks strings up lowercased.
+    ("haloquantstrategy", 1, "popen", "HaloQuantStrategy() by its class name: 1-bit quantized halos (lossy, unbiased)"),
 )
 
 

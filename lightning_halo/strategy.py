@@ -17,6 +17,7 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import _augment_message
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from torch import Tensor
@@ -28,9 +29,18 @@ from lightning_halo.loss import LossScaling, check_scale_loss
 from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
+from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
 
+# DDP's error when a parameter got no gradient in the previous step, and what to do about it here.
+_UNUSED_PARAMETERS = ".*Expected to have finished reduction in the prior iteration.*"
+_UNUSED_PARAMETERS_FIX = (
+    "It looks like your LightningModule has parameters that were not used in producing the loss returned by "
+    "training_step (PyG's DirGNNConv, for one, leaves its inner layers' root weight unused). If this is intentional, "
+    "enable DDP's detection of unused parameters: strategy=HaloQuantStrategy(find_unused_parameters=True), or in a "
+    "config `--trainer.strategy.init_args.find_unused_parameters true`."
+)
 _GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
 
 
@@ -214,6 +224,7 @@ class HaloQuantStrategy(DDPStrategy):
     @override
     def setup_environment(self) -> None:
         super().setup_environment()
+        release_at_exit()  # gloo threads must not outlive the interpreter: see lightning_halo.shutdown
         self._set_threads()
         if self.world_size > 1 and self._halo_group is None:
             # Its own group: halo traffic never interleaves with DDP's all-reduce on the default one.
@@ -404,6 +415,8 @@ class HaloQuantStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        # DDPStrategy's explanation of DDP's unused-parameter error names DDPStrategy: name this strategy.
+        _augment_message(exception, pattern=_UNUSED_PARAMETERS, new_message=_UNUSED_PARAMETERS_FIX)
         super().on_exception(exception)
         # A failed run must leave no process behind. A rank frozen in user code never reaches the
         # collective that would time out, and Lightning's launcher kills the ranks it started only on
@@ -432,10 +445,6 @@ class HaloQuantStrategy(DDPStrategy):
             dist.destroy_process_group(self._halo_group)
             self._halo_group = None
         super().teardown()
-        # gloo's worker threads destroy finished collectives (releasing Python tensors) after the
-        # waiting caller returned; they need the GIL for that. Yield it briefly so none is still
-        # pending if the script exits right after fit (an interpreter shutting down aborts them).
-        time.sleep(0.05)
 
     @classmethod
     @override

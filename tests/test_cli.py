@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.support.launch import check, run_workers
 from tests.support.noise import noise_lines
@@ -171,11 +172,93 @@ def test_partition_command_prints_tables(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
-def test_evaluation_subcommands(subcommand: str, tmp_path: Path) -> None:
-    output = cli_ranks(subcommand, "--config", str(ROOT / "examples/configs/gcn.yaml"), "--trainer.enable_progress_bar",
-                       "false", tmp_path=tmp_path)  # fmt: skip
+def test_predict_writes_the_whole_graph_and_evaluation_uses_the_checkpoint(tmp_path: Path) -> None:
+    """docs/cli.md's workflow on 2 ranks: fit (CSV logger, checkpoints), then predict / validate / test from the
+    last checkpoint. The prediction file, in the next run folder, holds the single-process forward of the
+    checkpoint's model over the whole graph, in global node order."""
+    from lightning_halo import load_graph
+    from lightning_halo.models import GCN
+
+    config = ["--config", str(ROOT / "examples/configs/gcn_1bit.yaml"), "--trainer.enable_progress_bar", "false"]
+    cli_ranks("fit", *config, "--trainer.max_epochs", "2", tmp_path=tmp_path)
+    ckpt = "lightning_logs/gcn_1bit/version_0/checkpoints/last.ckpt"  # relative to the working directory
+    output = cli_ranks("predict", *config, "--ckpt_path", ckpt, tmp_path=tmp_path)
+    written = "lightning_logs/gcn_1bit/version_1/predictions.pt"
+    data = load_graph("cora")
+    n, c = data.num_nodes, int(data.y.max()) + 1
+    assert f"predictions of {n} nodes (float32 [{n}, {c}]) written to {written}\n" in output, output[-3000:]
     assert noise_lines(output) == [], output[-5000:]
+    model = GCN.load_from_checkpoint(tmp_path / ckpt).eval()  # docs/quickstart.md: the checkpoint as a plain model
+    with torch.no_grad():
+        expected = model(data.x, data.edge_index)
+    torch.testing.assert_close(torch.load(tmp_path / written, weights_only=True), expected, rtol=1e-4, atol=1e-5)
+    accuracy = float((expected.argmax(-1)[data.test_mask] == data.y[data.test_mask]).float().mean())
+    for verb in ("validate", "test"):
+        output = cli_ranks(verb, *config, "--ckpt_path", ckpt, tmp_path=tmp_path)
+        assert noise_lines(output) == [], output[-5000:]
+    printed = re.search(r"test_acc\s+([\d.]+)", output)
+    assert printed and abs(float(printed.group(1)) - accuracy) < 1e-6, output[-3000:]
+
+
+@pytest.mark.parametrize("verb", ["validate", "test", "predict"])
+def test_evaluation_without_a_checkpoint_is_refused(verb: str, capsys: pytest.CaptureFixture) -> None:
+    from lightning_halo.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([verb, "--config", str(ROOT / "examples/configs/gcn.yaml")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"lightning-halo {verb}: error: no --ckpt_path: {verb} would run the model with its freshly initialised" in err
+    assert "--ckpt_path untrained" in err and "Traceback" not in err
+
+
+def test_short_class_names_resolve(tmp_path: Path) -> None:
+    """The installed command, as in the issue: no 'Expected a dot import path string'."""
+    result = cli("fit", "--model", "GCN", "--trainer.strategy", "HaloQuantStrategy", "--trainer.callbacks+=HaloSchedule",
+                 "--trainer.callbacks.mode", "pipelined", "--print_config", tmp_path=tmp_path, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "class_path: lightning_halo.models.GCN" in result.stdout and "strategy: HaloQuantStrategy" in result.stdout
+    assert "class_path: lightning_halo.HaloSchedule" in result.stdout and "mode: pipelined" in result.stdout
+    import lightning as L
+
+    from lightning_halo import HaloQuantStrategy
+
+    trainer = L.Trainer(strategy="HaloQuantStrategy", accelerator="cpu", devices=1, logger=False)  # what the Trainer does
+    assert type(trainer.strategy) is HaloQuantStrategy and trainer.strategy.bits == HaloQuantStrategy().bits
+
+
+def test_untrained_predict_by_short_class_names(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Short names in a run; --ckpt_path untrained asks for the initial weights; predict writes its file (one
+    process, in this process, where tests imported another GCN: GraphSAGE is unique here)."""
+    import logging
+
+    from lightning_halo.cli import main
+
+    args = ["predict", "--model", "GraphSAGE", "--trainer.strategy", "HaloQuantStrategy", "--trainer.callbacks+=HaloSchedule",
+            "--data.cache_dir", str(tmp_path / "cache"), "--trainer.devices", "1", "--trainer.accelerator", "cpu",
+            "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path), "--ckpt_path", "untrained"]  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        main(args)
+    from lightning_halo import load_graph
+
+    data = load_graph("cora")
+    saved = torch.load(tmp_path / "predictions.pt", weights_only=True)
+    assert saved.shape == (data.num_nodes, int(data.y.max()) + 1)
+    assert f"written to {tmp_path / 'predictions.pt'}" in caplog.text
+
+
+def test_a_missing_data_file_is_one_line_of_the_library(tmp_path: Path) -> None:
+    result = cli("fit", "--config", str(ROOT / "examples/configs/gcn.yaml"), "--data.data", "missing.pt",
+                 tmp_path=tmp_path, timeout=300)  # fmt: skip
+    from lightning_halo import GraphValidationError, HaloDataModule
+
+    with pytest.raises(GraphValidationError) as own:  # what the library says, called directly
+        HaloDataModule("missing.pt", cache_dir=str(tmp_path / "cache")).num_features
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [f"lightning-halo fit: error: GraphValidationError: {own.value}"], result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 3, result.stderr
 
 
 @pytest.mark.multiprocess
@@ -206,3 +289,22 @@ def test_torchrun_launch_equals_lightning_launch(tmp_path: Path) -> None:
     b = torch.load(tmp_path / "lightning" / "last.ckpt", weights_only=False)["state_dict"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+
+
+def test_only_the_library_s_deliberate_errors_lose_their_traceback() -> None:
+    from lightning_halo import HaloPartition, HaloQuantStrategy
+    from lightning_halo.cli import library_error
+
+    def wrapped(raise_own) -> BaseException:
+        try:
+            try:
+                raise_own()
+            except Exception as own:  # noqa: BLE001
+                raise ValueError("Call to compute_fn of link failed") from own  # as jsonargparse wraps it
+        except ValueError as outer:
+            return outer
+
+    refused = wrapped(lambda: HaloQuantStrategy(bits=3))
+    assert str(library_error(refused)).startswith("bits=3 is not supported")
+    assert library_error(wrapped(lambda: HaloPartition().batch_size)) is None, "an AttributeError is a bug: keep it"
+    assert library_error(ValueError("raised outside the package")) is None

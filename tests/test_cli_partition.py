@@ -23,9 +23,11 @@ def test_partition_into_a_directory_and_read_it_back(tmp_path: Path, partition_c
     assert PartitionDirectory(out).verify() and report["manifest"] == PartitionDirectory(out).read_meta()
     assert report["manifest"]["graph"]["num_features"] == 8 and report["traffic"]["1"]["fwd_per_epoch"] > 0
     assert not (tmp_path / "cache").exists(), "--out writes nothing to the cache"
-    code, stdout, stderr = partition_cli(str(out), "--parts", "2")  # a directory: its tables
-    assert code == 0, stderr
-    assert f"edge cut {report['stats']['edge_cut']}" in stdout and "halo traffic per training epoch" in stdout
+    for given in ([], ["--parts", "2"]):  # a directory: its tables; it knows its part count
+        code, stdout, stderr = partition_cli(str(out), *given)
+        assert code == 0, stderr
+        assert f"edge cut {report['stats']['edge_cut']}" in stdout and "halo traffic per training epoch" in stdout
+        assert f"partition directory {out} (2 part files" in stdout
 
 
 def test_partition_errors_name_the_fix_and_touch_nothing(tmp_path: Path, partition_cli) -> None:
@@ -38,9 +40,14 @@ def test_partition_errors_name_the_fix_and_touch_nothing(tmp_path: Path, partiti
     code, _, stderr = partition_cli("cora", "--parts", "3", "--out", str(tmp_path / "p3"))
     assert code == 0, stderr
     code, _, stderr = partition_cli(str(tmp_path / "p3"), "--parts", "2")
-    assert code == 2 and "holds 3 parts but the Trainer runs 2 processes" in stderr
+    assert code == 2 and f"{tmp_path / 'p3'} is a partition directory of 3 parts, not 2" in stderr
+    assert "Trainer" not in stderr and "--parts 2 --out NEW_DIR" in stderr
+    code, _, stderr = partition_cli(str(tmp_path / "p3"), "--out", str(tmp_path / "p4"))
+    assert code == 2 and "cannot be partitioned again" in stderr and not (tmp_path / "p4").exists()
     code, _, stderr = partition_cli("--parts", "2")
     assert code == 2 and "give the graph" in stderr
+    code, _, stderr = partition_cli("cora")
+    assert code == 2 and "--parts is required to partition a graph" in stderr
     code, _, stderr = partition_cli("cora", "--parts", "2", "--partitioner", "kaminpar", "--threads", "2")
     assert code == 2 and "--threads applies to --out only" in stderr
 

@@ -140,8 +140,42 @@ def test_docs_build_strict_and_render_docstring_markup(tmp_path: Path) -> None:
     api = (site / "api" / "index.html").read_text()
     assert "lightning_halo.HaloQuantStrategy" in api and "<math" in api, "the API page documents the package, math as MathML"
     assert raw_markup(api) == [], "raw reStructuredText/TeX on the API page"
+    assert defaults_said_twice(api) == [], "the signature's default is listed already"
     for page in site.rglob("*.html"):
         assert not re.findall(r'class="arithmatex"', page.read_text()), f"{page}: TeX left for a script that is not there"
+
+
+@pytest.mark.parametrize("anchor, builds", [("#usage", True), ("#no-such-heading", False)])
+def test_docs_build_fails_on_a_broken_anchor(anchor: str, builds: bool, tmp_path: Path) -> None:
+    """mkdocs.yml's own strict and validation settings, on a two-page site: a link to a missing heading fails."""
+    import shutil
+
+    import yaml
+
+    mkdocs = shutil.which("mkdocs")
+    if mkdocs is None:
+        pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
+    ours = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = {"site_name": "probe", "strict": ours["strict"], "validation": ours["validation"]}
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(f"# Home\n\nSee [usage](other.md{anchor}).\n")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\n## Usage\n\nText.\n")
+    result = subprocess.run([mkdocs, "build", "-d", str(tmp_path / "site")], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    assert (result.returncode == 0) == builds, result.stdout + result.stderr
+    if not builds:
+        assert "does not contain an anchor '#no-such-heading'" in result.stderr
+
+
+def defaults_said_twice(page_html: str) -> list[str]:
+    """The parameters of a rendered API page whose entry says ``default:`` more than once."""
+    import html
+
+    items = re.findall(r'<li[^>]*class="doc-section-item[^"]*"[^>]*>(.*?)</li>', page_html, re.S)
+    texts = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", item)).split()) for item in items]
+    assert texts, "no parameter list found: has the page's markup changed?"
+    return [text for text in texts if text.count("default:") > 1]
 
 
 def raw_markup(page_html: str) -> list[str]:

@@ -16,9 +16,10 @@ Two build-time steps, wired in ``mkdocs.yml``:
 
 from __future__ import annotations
 
+import ast
 import html
 import re
-from typing import Any
+from typing import Any, Optional
 
 import griffe
 
@@ -85,12 +86,85 @@ def rst_to_markdown(text: str) -> str:
     return _LINK.sub(lambda m: f"[{m.group(1).strip()}]({m.group(2).strip()})", text)
 
 
+_ENTRY = re.compile(r"^\s+\**(\w+)(?: \([^)]*\))?:(?:\s|$)")  # a Google "Args:" entry: name (type): text
+_STATED_DEFAULT = re.compile(r"(\s*)\(default:\s*((?:``[^`]*``|[^)`])*)\)")
+_LEADING_VALUE = re.compile(r"``([^`]*)``\s*(?:[,;]\s*(.*))?$", re.S)
+
+
+def _same_value(stated: str, signature: str) -> bool:
+    if stated.replace("'", '"') == signature.replace("'", '"'):
+        return True
+    try:
+        return bool(ast.literal_eval(stated) == ast.literal_eval(signature))
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _restated(match: re.Match, signature: str) -> str:
+    space, stated = match.group(1), match.group(2).strip()
+    lead = _LEADING_VALUE.match(stated)
+    if lead and _same_value(lead.group(1), signature):
+        return f"{space}(``{lead.group(1)}``: {lead.group(2)})" if lead.group(2) else ""
+    if signature == "None":  # the signature's None stands for what the docstring says
+        return f"{space}(``None``: {stated})"
+    return match.group(0)
+
+
+def drop_repeated_defaults(text: str, defaults: dict[str, str]) -> str:
+    r"""Remove ``(default: ``x``)`` from an Args entry when ``x`` is the signature's default.
+
+    The API page lists each parameter as ``name (type, default: x)`` from the signature; the
+    PyG-style docstring says it again at the end of the description. A stated default that
+    differs from a signature's ``None`` says what ``None`` stands for, and stays as that:
+    ``(default: ``bits``)`` becomes ``(``None``: ``bits``)``; an explanation after the repeated
+    value stays too: ``(default: ``None``, never)`` becomes ``(``None``: never)``.
+
+    Example:
+        >>> drop_repeated_defaults("Args:\n    bits (int): bits. (default: ``1``)\n    grad_bits (int): (default: ``bits``)",
+        ...                        {"bits": "1", "grad_bits": "None"})
+        'Args:\n    bits (int): bits.\n    grad_bits (int): (``None``: ``bits``)'
+        >>> drop_repeated_defaults("Args:\n    k (int): k. (default: ``None``, never)", {"k": "None"})
+        'Args:\n    k (int): k. (``None``: never)'
+    """
+    lines = text.split("\n")
+    blocks: list[tuple[Optional[str], list[str]]] = [(None, [])]
+    for line in lines:
+        entry = _ENTRY.match(line)
+        if entry and entry.group(1) in defaults:
+            blocks.append((entry.group(1), [line]))
+        else:
+            if blocks[-1][0] is not None and line.strip() and not line.startswith(" "):
+                blocks.append((None, []))  # a new section ends the entry
+            blocks[-1][1].append(line)
+
+    def keep(block: tuple[Optional[str], list[str]]) -> str:
+        name, body = block
+        joined = "\n".join(body)
+        if name is None:
+            return joined
+        return _STATED_DEFAULT.sub(lambda m: _restated(m, defaults[name]), joined)
+
+    return "\n".join(keep(b) for b in blocks if b[1] or b[0] is not None)
+
+
+def _signature_defaults(obj: griffe.Object) -> dict[str, str]:
+    function = obj.all_members.get("__init__") if obj.is_class else obj  # inherited too (the zoo models)
+    if function is None or not getattr(function, "is_function", False):
+        return {}
+    return {p.name: str(p.default) for p in function.parameters if p.default is not None}
+
+
 class RstRoles(griffe.Extension):
-    """Griffe extension: rewrite every docstring with :func:`rst_to_markdown` before it is parsed."""
+    """Griffe extension: rewrite every docstring with :func:`rst_to_markdown` before it is parsed.
+
+    Defaults the docstring repeats from the signature are dropped (:func:`drop_repeated_defaults`):
+    the page shows each parameter's default from the signature already.
+    """
 
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
-            obj.docstring.value = rst_to_markdown(obj.docstring.value)
+            text = drop_repeated_defaults(obj.docstring.value, _signature_defaults(obj))
+            obj.docstring.value = rst_to_markdown(text)
 
 
 _ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\\[(\[](.*?)\\[)\]]</\1>', re.S)

@@ -1,4 +1,4 @@
-"""Lightning callbacks: the halo schedule, traffic logging, checkpoint state and a per-epoch line."""
+"""Lightning callbacks: the halo schedule, traffic logging, checkpoint state, a per-epoch line, a prediction writer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from lightning_halo._lazy import lazy_module_attributes
 __getattr__, __dir__, __all__ = lazy_module_attributes(
     __name__,
     {
+        "lightning_halo.callbacks.predictions": ["HaloPredictionWriter"],
         "lightning_halo.callbacks.printer": ["EpochPrinter"],
         "lightning_halo.callbacks.schedule": ["HaloSchedule"],
         "lightning_halo.callbacks.state": ["HaloStateCallback"],
@@ -17,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
 )
 
 if TYPE_CHECKING:
+    from lightning_halo.callbacks.predictions import HaloPredictionWriter
     from lightning_halo.callbacks.printer import EpochPrinter
     from lightning_halo.callbacks.schedule import HaloSchedule
     from lightning_halo.callbacks.state import HaloStateCallback

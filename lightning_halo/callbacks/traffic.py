@@ -54,7 +54,6 @@ class HaloTrafficLogger(Callback):
 
     def __init__(self) -> None:
         self.summary: dict[str, Any] = {}
-        self._reduced: tuple[torch.Tensor, ...] = ()
 
     @override
     def on_train_batch_end(
@@ -99,13 +98,12 @@ class HaloTrafficLogger(Callback):
         sums, waits = local[:-1].clone(), local[-1:, :1].clone()
         if trainer.world_size > 1:
             # Every rank hooked the same layers, so the key lists agree: sum bytes, take the max wait.
-            # The callback keeps the tensors: if gloo's worker thread dropped the last reference, it
-            # would need the GIL, and this may be the last collective before interpreter exit.
+            # (Often the last collective before the interpreter exits: lightning_halo.shutdown.)
             device = trainer.strategy.root_device
-            self._reduced = (sums.to(device), waits.to(device))
-            dist.all_reduce(self._reduced[0], op=dist.ReduceOp.SUM)
-            dist.all_reduce(self._reduced[1], op=dist.ReduceOp.MAX)
-            sums, waits = self._reduced[0].cpu(), self._reduced[1].cpu()
+            sums, waits = sums.to(device), waits.to(device)
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+            dist.all_reduce(waits, op=dist.ReduceOp.MAX)
+            sums, waits = sums.cpu(), waits.cpu()
         rows = {f"{layer}/{direction}": (float(s[0]), float(s[1])) for (layer, direction), s in zip(keys, sums)}
         sent = sum(v[0] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))
         fp32 = sum(v[1] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))

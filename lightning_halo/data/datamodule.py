@@ -192,6 +192,55 @@ class HaloDataModule(pl.LightningDataModule):
         """Number of classes (``y.max() + 1``, or ``y.size(1)`` for 2-D targets), available before ``setup``."""
         return int(self._facts()["num_classes"])
 
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the whole graph (the rows of :meth:`gather_predictions`), available before ``setup``."""
+        return int(self._facts()["num_nodes"])
+
+    # ------------------------------------------------------------------ predictions
+    def gather_predictions(self, predictions: Any, dst: Optional[int] = None) -> Any:
+        """The predictions of every rank for the whole graph, in global node order.
+
+        ``trainer.predict(model, datamodule=dm)`` returns, on each rank, what ``predict_step``
+        returned for that rank's partition: one row per node the rank owns, in the partition's
+        order. This puts the rows of all ranks together, row ``i`` for node ``i`` of the graph
+        (the order of ``dm.data`` and of the original graph), on the CPU: the ``[N, ...]``
+        tensor a single-process forward over the whole graph gives (equal at ``eval_bits=32``,
+        the default). ``predict_step`` may return a tensor or a dict, tuple or list of
+        tensors; the result has the same structure.
+
+        A collective: call it on every rank, after ``trainer.predict`` with this data module.
+        Every rank receives the result, or only rank ``dst`` (the others get ``None``), which
+        keeps a large graph's ``[N, ...]`` tensor off the other ranks.
+
+        Args:
+            predictions (Any): what ``trainer.predict`` returned (a list with one entry: this
+                data module yields one batch per rank), or that entry.
+            dst (int, optional): the only rank to receive the result. (default: ``None``,
+                every rank)
+
+        Example:
+            >>> logits = dm.gather_predictions(trainer.predict(model, datamodule=dm))  # doctest: +SKIP
+            >>> logits.shape == (dm.num_nodes, dm.num_classes)  # doctest: +SKIP
+            True
+        """
+        from lightning_halo.data.predictions import gather_predictions
+
+        if predictions is None:
+            raise ValueError(
+                "no predictions: trainer.predict returned None (return_predictions=False, or a spawn-based strategy). "
+                "Call trainer.predict(model, datamodule=dm, return_predictions=True), or add "
+                "lightning_halo.HaloPredictionWriter to the Trainer's callbacks."
+            )
+        if self.partition is None:
+            raise RuntimeError(
+                "HaloDataModule.gather_predictions needs this rank's partition: call trainer.predict(model, datamodule=dm) "
+                "first, with this data module."
+            )
+        if isinstance(predictions, list) and len(predictions) == 1:
+            predictions = predictions[0]  # trainer.predict's list of batch outputs: one batch per rank
+        return gather_predictions(predictions, self.partition, dst=dst)
+
     # ------------------------------------------------------------------ partitioning
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -329,6 +378,9 @@ class HaloDataModule(pl.LightningDataModule):
         # One batch per epoch is the point of full-graph training; silence Lightning's worker hint.
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
+        # A prediction writer asks for the sample indices of each batch; the batch is the partition, whose
+        # nodes are named by batch.inner_global_id (what HaloPredictionWriter uses).
+        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched from your dataloader")
         return DataLoader(_OnePartition(self.partition), batch_size=None, collate_fn=_identity, num_workers=0)
 
     @override

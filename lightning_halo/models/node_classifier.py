@@ -175,11 +175,13 @@ class NodeClassifier(pl.LightningModule):
         self._evaluate(batch, batch.test_mask, self.test_acc, "test")
 
     @override
-    def predict_step(self, batch: Any, batch_idx: int) -> tuple[Tensor, Tensor]:
-        """``(global node ids, logits)`` of this rank's nodes."""
-        out = self(batch.x, self.adjacency(batch))
-        ids = batch.inner_global_id if hasattr(batch, "inner_global_id") else torch.arange(out.size(0), device=out.device)
-        return ids, out
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        """The logits ``[n_inner, C]`` of this rank's nodes, in the partition's order.
+
+        ``HaloDataModule.gather_predictions`` (or :class:`~lightning_halo.HaloPredictionWriter`)
+        puts every rank's rows together in global node order: ``[N, C]``.
+        """
+        return self(batch.x, self.adjacency(batch))
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:

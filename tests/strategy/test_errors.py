@@ -15,6 +15,7 @@ SCENARIOS = {
     "return_none": "training_step returned None",
     "num_parts": "num_parts=3) but the Trainer runs 2 processes",
     "plan_mismatch": "the exchange plan disagrees with rank",
+    "unused_parameter": "strategy=HaloQuantStrategy(find_unused_parameters=True)",
     "empty_masks": "OK HaloQuantStrategy",
     "registered_name": "OK HaloQuantStrategy",
 }
@@ -30,6 +31,8 @@ def test_error_scenarios_on_two_ranks(tmp_path) -> None:
         for rank in range(2):
             msg = (tmp_path / name / f"rank{rank}.txt").read_text()
             assert fragment in msg, f"{name} rank {rank}: {msg}"
+    for rank in range(2):  # Lightning's own advice names DDPStrategy, which would drop the halo exchange
+        assert "DDPStrategy" not in (tmp_path / "unused_parameter" / f"rank{rank}.txt").read_text()
 
 
 @pytest.mark.parametrize("kwargs", [dict(bits=3), dict(grad_bits=0), dict(eval_bits=64)])

@@ -35,4 +35,16 @@ def test_metrics_and_predictions_equal_single_process(tmp_path) -> None:
         m = data.val_mask[gid]
         per_rank.append(float((logits.argmax(-1)[m] == data.y[gid][m]).float().mean()))
     assert sorted(torch.cat([r["predict"][0] for r in recs]).tolist()) == list(range(data.num_nodes))
+    # dm.gather_predictions: every rank's rows in global node order, equal to the single-process forward
+    for rank, rec in enumerate(recs):
+        ids, logits = rec["gathered"]
+        assert torch.equal(ids, torch.arange(data.num_nodes)), "each node's own id lands in its own row"
+        torch.testing.assert_close(logits, out, **TOL)
+        torch.testing.assert_close(rec["gathered_tensor"], out, **TOL)
+        if rank == 0:
+            torch.testing.assert_close(rec["gathered_dict"], {"logits": out, "more": [out[:, :1]]}, **TOL)
+        else:
+            assert rec["gathered_dict"] is None, "dst=0: only rank 0 receives the predictions"
+        assert "PredictionError: rank 1: prediction has shape (3," in rec["gather_error"], rec.get("gather_error")
+        assert "but this rank owns" in rec["gather_error"]
     assert abs(sum(per_rank) / len(per_rank) - val) > 1e-6, "test graph should make the naive average wrong"

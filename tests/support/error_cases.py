@@ -174,6 +174,22 @@ def _sparse_strict() -> object:
     return run_threaded(Net().double(), awkward_graph(2), 2, aggregation="sparse", timeout=20)
 
 
+def _checkpoint_for(verb: str, ckpt_path: object) -> object:
+    from lightning_halo.cli import checkpoint_for
+
+    return checkpoint_for(verb, ckpt_path)  # type: ignore[arg-type]
+
+
+def _gather_one_part(prediction_of: Callable[[object], object]) -> object:
+    """``gather_predictions`` of what ``prediction_of(part)`` returns, on one process."""
+    from lightning_halo import build_halo_partitions, partition_graph
+    from lightning_halo.data.predictions import gather_predictions
+
+    data = good_graph()
+    (part,) = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 1), 1)
+    return gather_predictions(prediction_of(part), part)
+
+
 def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
     from torch import nn
     from torch_geometric.nn import EGConv, MessagePassing, SAGEConv
@@ -240,6 +256,13 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
          "y.npy has 6 rows but x.npy has 5"),  # fmt: skip
         ("graph directory without x.npy", _in_scratch(lambda: _graph_dir("no x")), "has no x.npy"),
         ("partition --out directory holds other files", _in_scratch(_busy_out_dir), "holds other files; choose a new --out"),
+        ("predict_step returns a value that is not a tensor",
+         lambda: _gather_one_part(lambda p: {"logits": torch.zeros(int(p.n_inner), 2), "loss": 0.5}),
+         "prediction['loss'] is a float, not a tensor"),  # fmt: skip
+        ("predict_step returns rows of some nodes only (out[mask])", lambda: _gather_one_part(lambda p: torch.zeros(2, 2)),
+         "prediction has shape (2, 2), but this rank owns 6 nodes"),  # fmt: skip
+        ("lightning-halo test without --ckpt_path", lambda: _checkpoint_for("test", None),
+         "no --ckpt_path: test would run the model with its freshly initialised, random weights"),  # fmt: skip
     ]
 
 
@@ -252,6 +275,8 @@ MULTIPROCESS_CASES = [
     ("num_parts differs from the world size", "ValueError", "num_parts=3) but the Trainer runs 2 processes"),
     ("one rank's part file is damaged (the others learn which)", "PartitionFileError", "rank 1 cannot load its partition: ..."),
     ("ranks partitioned different graphs", "ValueError", "the exchange plan disagrees with rank"),
+    ("a parameter without gradient (DirGNNConv over SAGEConv)", "RuntimeError",
+     "enable DDP's detection of unused parameters: strategy=HaloQuantStrategy(find_unused_parameters=True)"),  # fmt: skip
     ("NaN in a rank's halo rows during training", "NonFiniteError", "non-finite value in halo fwd rows of layer 'conv2' on rank 1"),
     ("a peer process is killed", "HaloExchangeError", "halo exchange failed on rank 0 ... Connection reset by peer"),
     ("a peer process freezes", "HaloExchangeError", "halo exchange failed on rank 0 ... Timed out waiting"),

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import torch.distributed as dist
+from lightning_halo.shutdown import release_process_groups
 
 
 def shutdown() -> None:
-    """Destroy the process groups before the interpreter exits.
+    """Release the process groups now, as the strategy's exit handler would at interpreter exit.
 
-    gloo's worker threads release finished collectives' tensors, which needs the GIL; if that
-    happens while Python is finalising, the process aborts ("terminate called without an active
-    exception"). PyTorch's own advice is to call ``destroy_process_group()`` at the end.
+    Forked ranks end with ``os._exit`` (no interpreter shutdown, no exit handlers); fresh ones
+    (``LIGHTNING_HALO_FRESH_WORKERS=1``) shut down normally. Either way nothing is left to abort.
     """
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    release_process_groups()

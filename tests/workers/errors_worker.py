@@ -18,7 +18,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import EGConv, GCNConv, SAGEConv
+from torch_geometric.nn import DirGNNConv, EGConv, GCNConv, SAGEConv
 
 from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
@@ -100,6 +100,8 @@ def scenario(name: str, world_size: int, cache: str):
         data.val_mask[:] = False
         dm = HaloDataModule(data, cache_dir=cache)
         module = Module(SAGEConv(d, c))
+    elif name == "unused_parameter":  # DirGNNConv switches its inner layers' root weight off: lin_r gets no gradient
+        module = Module(DirGNNConv(SAGEConv(d, c)))
     elif name == "registered_name":
         module = Module(SAGEConv(d, c))
         strategy = "halo_quant"

@@ -161,6 +161,15 @@ def main() -> None:
             module.rec["test_acc"] = float(ev.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
             preds = ev.predict(module, datamodule=dm)
             module.rec["predict"] = preds[0]
+            # the whole graph in global node order: the one-liner (a tuple), a bare tensor, a nested dict to rank 0
+            module.rec["gathered"] = dm.gather_predictions(preds)
+            logits = preds[0][1]
+            module.rec["gathered_tensor"] = dm.gather_predictions(logits)
+            module.rec["gathered_dict"] = dm.gather_predictions([{"logits": logits, "more": [logits[:, :1]]}], dst=0)
+            try:  # one rank's rows do not cover its nodes: every rank raises, none waits
+                dm.gather_predictions(logits[:3] if rank == 1 else logits)
+            except ValueError as err:
+                module.rec["gather_error"] = f"{type(err).__name__}: {err}"
         target = Path(args.out) / config.replace(":", "_").replace("/", "-")
         target.mkdir(parents=True, exist_ok=True)
         torch.save(module.rec, target / f"rank{rank}.pt")
