@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -199,14 +200,15 @@ def assign_parts(
         parts = torch.empty(num_nodes, dtype=torch.long)
         parts[perm] = torch.arange(num_nodes) % num_parts
         return Assignment(parts, "random")
+    t0 = time.perf_counter()
     if partitioner == "metis":
         xadj, adjncy = symmetric_csr(edge_index, num_nodes)
         trim_heap()  # the CSR build's freed windows: not to be counted again while METIS runs
-        return _metis(xadj, adjncy, edge_index, num_nodes, num_parts, seed, balance, {})
+        return _metis(xadj, adjncy, edge_index, num_nodes, num_parts, seed, balance, {"csr_s": time.perf_counter() - t0})
     # KaMinPar's input (and "auto"'s measure) is the CSR with 32-bit ids: half of METIS' input.
     xadj, adjncy = symmetric_csr(edge_index, num_nodes, index_dtype=torch.int32 if num_nodes < 1 << 31 else torch.int64)
     trim_heap()
-    details: dict[str, Any] = {"csr_bytes": csr_bytes(num_nodes, int(adjncy.size))}
+    details: dict[str, Any] = {"csr_bytes": csr_bytes(num_nodes, int(adjncy.size)), "csr_s": time.perf_counter() - t0}
     choice = partitioner
     if partitioner == "auto":
         budget = default_memory_budget() if memory_budget is None else int(memory_budget)
@@ -223,7 +225,9 @@ def assign_parts(
         details["parhip_bytes"] = write_parhip(path, torch.from_numpy(xadj), torch.from_numpy(adjncy), weights)
         del xadj, adjncy, weights  # KaMinPar reads the file: the CSR must not stay resident beside it
         trim_heap()
+        t0 = time.perf_counter()
         parts = run_kaminpar(path, num_parts, seed=seed, threads=threads, compress=True)
+        details["kaminpar_s"] = time.perf_counter() - t0
     return Assignment(_fill_empty_parts(parts, num_parts), "kaminpar", details)
 
 
@@ -288,12 +292,14 @@ def _metis(
     if adjncy.size == 0:  # METIS rejects a graph without edges; any balanced split has zero cut
         return Assignment(_split_evenly(num_nodes, num_parts), "metis", details)
     weights = _in_degree_weights(edge_index, num_nodes) if balance == "edges" else None
+    t0 = time.perf_counter()
     _, membership = pymetis.part_graph(
         num_parts,
         adjacency=pymetis.CSRAdjacency(xadj, adjncy),
         vweights=None if weights is None else np.ascontiguousarray(weights.numpy()),
         options=pymetis.Options(seed=seed),
     )
+    details["metis_s"] = time.perf_counter() - t0
     parts = torch.as_tensor(np.asarray(membership), dtype=torch.long)
     return Assignment(_fill_empty_parts(parts, num_parts), "metis", details)
 
