@@ -1,0 +1,51 @@
+"""torch internals lightning-halo relies on (pinned by ``tests/_compat/test_torch.py``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ContextManager
+
+import torch
+from torch import Tensor
+
+
+def tensor_version(t: Tensor) -> int:
+    """torch's counter of in-place changes of ``t`` (``Tensor._version``; views share their base's).
+
+    Example:
+        >>> t = torch.zeros(2); v = tensor_version(t); _ = t.add_(1); tensor_version(t) > v
+        True
+    """
+    return t._version
+
+
+def make_subclass(cls: type, t: Tensor) -> Tensor:
+    """``t`` viewed as the tensor subclass ``cls`` (no copy; ``Tensor._make_subclass``)."""
+    return Tensor._make_subclass(cls, t)
+
+
+def plain_dispatch() -> ContextManager[Any]:
+    """Inside it, tensor subclasses dispatch as plain tensors (``torch._C.DisableTorchFunctionSubclass``)."""
+    return torch._C.DisableTorchFunctionSubclass()
+
+
+def sparse_mm_functions() -> set[Any]:
+    """Every function a sparse-dense product reaches ``__torch_function__`` through (``torch._sparse_mm`` included)."""
+    funcs: set[Any] = {torch.sparse.mm, torch.mm, torch.matmul, Tensor.matmul, Tensor.__matmul__, Tensor.mm}
+    if hasattr(torch, "_sparse_mm"):
+        funcs.add(torch._sparse_mm)
+    return funcs
+
+
+#: The base class of every batch norm (``BatchNorm1d/2d/3d``, their lazy and sync versions).
+BATCH_NORM_BASE: type = torch.nn.modules.batchnorm._BatchNorm
+
+
+def let_gloo_workers_finish(seconds: float = 0.05) -> None:
+    """Yield the GIL briefly after the last collective.
+
+    gloo's worker threads destroy finished collectives (releasing Python tensors) after the
+    waiting caller returned, and need the GIL for that; an interpreter that exits while one is
+    pending aborts. Nothing in torch's API waits for them.
+    """
+    time.sleep(seconds)
