@@ -46,7 +46,7 @@ class TensorMemo:
 
     @staticmethod
     def _slot(key: Hashable, tensors: tuple[Optional[Tensor], ...]) -> Hashable:
-        return (key, tuple(None if t is None else id(t) for t in tensors))
+        return (key, tuple([None if t is None else id(t) for t in tensors]))
 
     def get(self, key: Hashable, tensors: tuple[Optional[Tensor], ...] = ()) -> Any:
         """The value stored for ``key`` and exactly these, unchanged, tensors; else ``None``."""

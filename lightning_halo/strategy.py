@@ -41,7 +41,9 @@ def check_halo_timeout(halo_timeout: float) -> None:
 
 
 def check_num_threads(num_threads: Optional[int]) -> None:
-    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1):
+    if num_threads is None:
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
 
 

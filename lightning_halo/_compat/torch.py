@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import Tensor
@@ -24,9 +24,9 @@ def make_subclass(cls: type, t: Tensor) -> Tensor:
     return Tensor._make_subclass(cls, t)
 
 
-def plain_dispatch() -> ContextManager[Any]:
-    """Inside it, tensor subclasses dispatch as plain tensors (``torch._C.DisableTorchFunctionSubclass``)."""
-    return torch._C.DisableTorchFunctionSubclass()
+#: ``with plain_dispatch():`` tensor subclasses dispatch as plain tensors inside
+#: (``torch._C.DisableTorchFunctionSubclass``; the class itself: it is entered on every product).
+plain_dispatch: Callable[[], ContextManager[Any]] = torch._C.DisableTorchFunctionSubclass
 
 
 def sparse_mm_functions() -> set[Any]:

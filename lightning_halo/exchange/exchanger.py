@@ -147,8 +147,8 @@ class HaloExchanger:
         """The plan of ``direction`` (``"in"``: the partition's; ``"out"`` once :meth:`add_plan` added it)."""
         if not self._plans:
             raise RuntimeError(
-                "a message-passing layer ran outside a training/validation/test/predict step, so lightning-halo does not "
-                "know which partition it belongs to; run the model inside a step on a HaloPartition batch."
+                "a message-passing layer ran outside a training/validation/test/predict step, so lightning-halo does "
+                "not know which partition it belongs to; run the model inside a step on a HaloPartition batch."
             )
         return self._plans[direction]
 
@@ -247,7 +247,8 @@ class HaloExchanger:
         slot = self._slots.slots[fetch.slot] if fetch.slot is not None else None
         bits = 32 if fetch.slot is None else self.grad_bits
         gen = self.state.train_generator
-        recv = self._slots.backward(slot, fetch.layer, grad_halo, fetch.mode, bits, plan.counts(False), self._epoch, gen)
+        counts = plan.counts(False)
+        recv = self._slots.backward(slot, fetch.layer, grad_halo, fetch.mode, bits, counts, self._epoch, gen)
         grad = grad_halo.new_zeros((plan.n_inner, *grad_halo.shape[1:]))
         if recv is not None and recv.numel():
             grad.index_add_(0, plan.send_index, recv.to(grad.dtype))

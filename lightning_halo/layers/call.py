@@ -122,7 +122,10 @@ class LayerCall:
     def describe(self) -> str:
         """How the call runs, in the words of the layer report printed once per run."""
         agg = self.aggregation
-        how = f"fused sparse aggregation ({agg.reduce}, cached CSR and transpose)" if agg.fused else f"on edge_index ({agg.why})"
+        if agg.fused:
+            how = f"fused sparse aggregation ({agg.reduce}, cached CSR and transpose)"
+        else:
+            how = f"on edge_index ({agg.why})"
         if self.feed == "steps":
             how += ", halo exchanged before every propagation"
         if self.normalization is not None:
@@ -163,7 +166,9 @@ def resolve_edges(edges: PartitionEdges, given: Any, layer: str, flipped: bool) 
     return ResolvedEdges(res.edges, target, res.sparse_values, flipped)
 
 
-def aligned_edge_arguments(arguments: Mapping[str, Any], in_edges: EdgeSet, target: EdgeSet, layer: str) -> dict[str, Tensor]:
+def aligned_edge_arguments(
+    arguments: Mapping[str, Any], in_edges: EdgeSet, target: EdgeSet, layer: str
+) -> dict[str, Tensor]:
     """Edge-level arguments (``edge_attr``, ``edge_weight``, ``edge_type``) in the order of ``target``.
 
     They are recognised by PyG's naming (``edge_*``), not by their length, so that every rank
@@ -247,7 +252,7 @@ def choose_normalization(
     layer: str, spec: LayerSpec, module: Module, arguments: Mapping[str, Any], weight: Optional[Tensor], flipped: bool
 ) -> Optional[Normalization]:
     """The layer's normalisation, computed by lightning-halo with global degrees, or ``None``."""
-    norm = spec.norm(module, dict(arguments)) if spec.norm is not None else None
+    norm = spec.norm(module, arguments) if spec.norm is not None else None  # type: ignore[arg-type]
     if norm is None:
         return None
     if norm.rule == "cheb" and flipped:
@@ -311,7 +316,12 @@ def choose_aggregation(
 
 # ---------------------------------------------------------------------- all stages
 def build_call(
-    layer: str, module: Module, spec: LayerSpec, arguments: Mapping[str, Any], edges: PartitionEdges, option: Aggregation
+    layer: str,
+    module: Module,
+    spec: LayerSpec,
+    arguments: Mapping[str, Any],
+    edges: PartitionEdges,
+    option: Aggregation,
 ) -> Optional[LayerCall]:
     """The stages in order; ``None`` for unknown edges on one process (the layer then runs as written)."""
     validate_call(layer, arguments, torch.compiler.is_compiling())
@@ -320,7 +330,8 @@ def build_call(
     if resolved is None:
         return None
     aligned = aligned_edge_arguments(arguments, edges.sets["in"], resolved.target, layer)
-    arguments = {**arguments, **aligned}  # the weights below are read in the target's edge order
+    if aligned:
+        arguments = {**arguments, **aligned}  # the weights below are read in the target's edge order
     cls = type(module).__name__
     feed = choose_feed(spec, module, flipped)
     x = arguments["x"]

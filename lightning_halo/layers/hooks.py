@@ -172,9 +172,9 @@ class LayerHook:
         if call is None:
             ctx.warn_once(
                 ("unknown-edges", self.name),
-                f"lightning-halo: layer '{self.name}' runs on an edge set that is not the partition's batch.edge_index; "
-                "that is exact on one process, but would be refused on several (a partition holds only the in-edges "
-                "of its own nodes).",
+                f"lightning-halo: layer '{self.name}' runs on an edge set that is not the partition's "
+                "batch.edge_index; that is exact on one process, but would be refused on several (a partition holds "
+                "only the in-edges of its own nodes).",
                 stacklevel=4,
             )
             self._stack.append(None)
@@ -189,7 +189,11 @@ class LayerHook:
         """Rewrite ``arguments`` (the features with their halo, the edges) as ``call`` says."""
         ctx, spec = self.ctx, self.spec
         assert ctx.edges is not None
-        arguments["x"] = with_halo(arguments["x"], call.feed, lambda t: ctx.fetch(t, self.name, call.direction, call.exact))
+
+        def fetch(rows: Tensor) -> Tensor:
+            return ctx.fetch(rows, self.name, call.direction, call.exact)
+
+        arguments["x"] = with_halo(arguments["x"], call.feed, fetch)
         plan = ctx.exchanger.plan(call.direction)
         edges = layer_edges(call, arguments["edge_index"], ctx.edges, ctx.collectives, plan)
         takes_weight = spec.weight_arg is not None and spec.weight_arg in _signature(module).parameters

@@ -10,8 +10,9 @@ from tests.support.threaded import on_wires
 
 def _plan(rank: int) -> ExchangePlan:
     """Two ranks of 3 inner nodes; each needs the other's nodes 0 and 2 as its halo."""
-    return ExchangePlan(rank, 2, n_inner=3, n_halo=2, send_index=torch.tensor([0, 2]),
-                        send_counts=(0, 2) if rank == 0 else (2, 0), recv_counts=(0, 2) if rank == 0 else (2, 0))  # fmt: skip
+    counts = (0, 2) if rank == 0 else (2, 0)
+    return ExchangePlan(rank, 2, n_inner=3, n_halo=2, send_index=torch.tensor([0, 2]), send_counts=counts,
+                        recv_counts=counts)  # fmt: skip
 
 
 def test_to_halo_and_to_owners_are_exact_and_counted_as_aux() -> None:

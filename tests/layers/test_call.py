@@ -58,7 +58,8 @@ def test_resolve_edges_names_the_set_and_flips_for_target_to_source(part_and_edg
     assert back is not None and back.given.direction == "out" and back.target.direction == "in"
     adj = sparse_adjacency(part)
     sparse = resolve_edges(edges, adj, "conv", flipped=False)
-    assert sparse is not None and sparse.sparse_values is not None and sparse.sparse_values.numel() == adj.values().numel()
+    assert sparse is not None and sparse.sparse_values is not None
+    assert sparse.sparse_values.numel() == adj.values().numel()
     with pytest.raises(UnsupportedLayerError, match="does not run on a sparse adjacency"):
         resolve_edges(edges, adj, "conv", flipped=True)
     assert resolve_edges(edges, part.edge_index[:, 1:], "conv", flipped=False) is None  # one process: runs as written
@@ -144,7 +145,9 @@ def test_build_call_runs_every_stage_into_a_frozen_call(part_and_edges) -> None:
     call = build_call("convs.0", conv, layer_spec(conv), {"x": part.x, "edge_index": part.edge_index}, edges, "auto")
     assert isinstance(call, LayerCall) and call.direction == "in" and call.feed == "full" and call.exact
     assert call.keep_rows == call.n_inner == int(part.n_inner) and call.n_dst == call.edges.n_src
-    assert call.describe() == "fused sparse aggregation (sum, cached CSR and transpose), gcn normalisation with global degrees"
+    assert call.describe() == (
+        "fused sparse aggregation (sum, cached CSR and transpose), gcn normalisation with global degrees"
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         call.feed = "bipartite"  # type: ignore[misc]
     sage = gnn.SAGEConv(8, 4, flow=T2S).double()

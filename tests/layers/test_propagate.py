@@ -22,7 +22,8 @@ def _call(conv, aggregation="auto"):
     ex = HaloExchanger(None, bits=32)
     ex.bind(part)
     edges = PartitionEdges(part, ex, ex.collectives)
-    return part, build_call("conv", conv, layer_spec(conv), {"x": part.x, "edge_index": part.edge_index}, edges, aggregation)
+    arguments = {"x": part.x, "edge_index": part.edge_index}
+    return part, build_call("conv", conv, layer_spec(conv), arguments, edges, aggregation)
 
 
 def test_more_propagations_than_the_kind_declares_are_refused() -> None:
