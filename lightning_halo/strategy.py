@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -22,7 +21,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_halo._compat.lightning import stop_launched_ranks
+from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
 from lightning_halo._compat.torch import BATCH_NORM_BASE, let_gloo_workers_finish
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.layers.call import Aggregation
@@ -439,7 +438,7 @@ class HaloQuantStrategy(DDPStrategy):
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
         from lightning_halo.names import register_names
 
         register_names(strategy_registry, cls)

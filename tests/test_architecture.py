@@ -60,8 +60,9 @@ def _private(name: str) -> bool:
 
 
 def internals_read(tree: ast.AST) -> set[tuple[str, str]]:
-    """``("attribute", name)`` for every ``obj._name`` whose ``obj`` is not ``self``/``cls``/``super()``, and
-    ``("import", module)`` for every import of another package's private module."""
+    """``("attribute", name)`` for every ``obj._name`` (or ``getattr(obj, "_name")``) whose ``obj`` is not
+    ``self``/``cls``/``super()``, and ``("import", module)`` for every import of another package's private
+    module or private name."""
     found: set[tuple[str, str]] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
@@ -76,9 +77,12 @@ def internals_read(tree: ast.AST) -> set[tuple[str, str]]:
             if named and not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                 found.add(("attribute", name.value))  # type: ignore[union-attr]
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            relative = getattr(node, "level", 0) > 0
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:  # a private module, or a private name of a public one
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
             for module in names:
-                relative = getattr(node, "level", 0) > 0
                 if not relative and not module.startswith("lightning_halo") and any(map(_private, module.split("."))):
                     found.add(("import", module))
     return found
@@ -88,9 +92,12 @@ def test_internals_read_finds_what_it_should() -> None:
     source = [
         "import torch._C", "from a._b import c", "x._y", "self._ok", "cls._ok", "super()._ok", "x.__dict__",
         "from ._k import k", "getattr(m, '_z', None)", "getattr(self, '_ok')", "getattr(m, name)",
+        "from p.q import _r, s", "from lightning_halo._lazy import x",
     ]  # fmt: skip
     found = internals_read(ast.parse("\n".join(source)))
-    assert found == {("import", "torch._C"), ("import", "a._b"), ("attribute", "_y"), ("attribute", "_z")}
+    assert found == {
+        ("import", "torch._C"), ("import", "a._b"), ("import", "p.q._r"), ("attribute", "_y"), ("attribute", "_z")
+    }
 
 
 def test_no_module_reads_another_objects_internals_outside_compat() -> None:

@@ -12,7 +12,7 @@ directly, so an upgrade that breaks one fails there, with its name, and nowhere 
   branch (a search of the generated source), PyG's per-layer caches and normalisation flags, and
   whether ``data.num_nodes`` was set explicitly (``Data._store``);
 * :mod:`~lightning_halo._compat.lightning`: the ranks Lightning's subprocess launcher started
-  (a private class), to stop them when a run fails.
+  (a private class), to stop them when a run fails; the class of Lightning's strategy registry.
 
 Only the Lightning module imports Lightning, so the layers and the exchange stay free of it
 (and only it is loaded again for ``lightning_halo.pytorch_lightning``, whose launcher classes

@@ -5,6 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from lightning.fabric.strategies import _StrategyRegistry
+
+#: The class of Lightning's strategy registry, which ``Strategy.register_strategies`` is given.
+StrategyRegistryType = _StrategyRegistry
+
 
 def stop_launched_ranks(launcher: Any, grace_s: float = 2.0) -> None:
     """Kill the rank processes Lightning's subprocess launcher started, after ``grace_s`` to print their errors.

@@ -8,7 +8,7 @@ import sys
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.signal_connector import _get_sigkill_signal
 
-from lightning_halo._compat.lightning import stop_launched_ranks
+from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
 
 
 def test_the_launcher_keeps_its_processes_and_can_kill_them() -> None:
@@ -20,6 +20,15 @@ def test_the_launcher_keeps_its_processes_and_can_kill_them() -> None:
     launcher.procs.append(sleeper)
     stop_launched_ranks(launcher, grace_s=0.1)
     assert sleeper.wait(timeout=10) == -_get_sigkill_signal()
+
+
+def test_the_registry_given_to_register_strategies_is_of_the_registry_class() -> None:
+    import inspect
+
+    from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+    assert isinstance(StrategyRegistry, StrategyRegistryType)
+    assert list(inspect.signature(DDPStrategy.register_strategies).parameters) == ["strategy_registry"]
 
 
 def test_other_launchers_are_left_alone() -> None:
