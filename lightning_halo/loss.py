@@ -22,14 +22,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 LossScaling = Literal["train_mean", "share", "none"]
-LOSS_SCALINGS: tuple[str, ...] = ("train_mean", "share", "none")
+LOSS_SCALINGS: tuple[LossScaling, ...] = get_args(LossScaling)
 
 
 def check_scale_loss(value: Union[bool, str]) -> LossScaling:
@@ -50,6 +50,31 @@ def check_scale_loss(value: Union[bool, str]) -> LossScaling:
             "or 'none' (as returned)."
         )
     return value  # type: ignore[return-value]
+
+
+def scaled_loss(loss: Tensor, scale_loss: LossScaling, world_size: int, part: Optional[Any]) -> Tensor:
+    r"""What rank :math:`r` back-propagates for the loss its ``training_step`` returned (see the module docstring).
+
+    ``part`` is the rank's partition (its train nodes :math:`n_r` and the graph's
+    :math:`N_{train}`); a rank without train nodes returns a NaN mean, which is weighted 0 but
+    keeps its graph (every collective of backward must still run).
+
+    Example:
+        >>> float(scaled_loss(torch.tensor(2.0), "share", world_size=3, part=None))
+        6.0
+    """
+    if scale_loss == "share":
+        return loss * world_size
+    if scale_loss != "train_mean" or part is None:
+        return loss
+    total = int(part.num_train_global)
+    if total == 0:
+        raise ValueError("the graph has no train node (train_mask is all False); nothing to train on.")
+    n_r = int(part.train_mask.sum()) if "train_mask" in part else 0
+    if n_r == 0:
+        # The mean over zero nodes is NaN; keep the graph (every collective must run) but weigh it 0.
+        return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss)) * 0.0
+    return loss * (world_size * n_r / total)
 
 
 def global_mean(values: Tensor, mask: Optional[Tensor] = None, weight: Optional[Tensor] = None) -> Tensor:

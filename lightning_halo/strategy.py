@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import warnings
 from datetime import timedelta
 from typing import Any, Literal, Optional, Union
@@ -14,7 +13,6 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.exceptions import _augment_message
@@ -24,9 +22,12 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_halo.exchange import DistTransport, HaloExchanger, check_signatures
-from lightning_halo.loss import LossScaling, check_scale_loss
-from lightning_halo.layers.hooks import AGGREGATIONS, Aggregation, LayerContext, LayerHook, check_model, install_hooks
+from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
+from lightning_halo._compat.torch import BATCH_NORM_BASE
+from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
+from lightning_halo.layers.call import Aggregation
+from lightning_halo.layers.hooks import LayerContext, LayerHook, check_model, install_hooks
+from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
 from lightning_halo.shutdown import release_at_exit
@@ -42,6 +43,33 @@ _UNUSED_PARAMETERS_FIX = (
     "config `--trainer.strategy.init_args.find_unused_parameters true`."
 )
 _GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
+
+
+def check_halo_timeout(halo_timeout: float) -> None:
+    if isinstance(halo_timeout, bool) or not isinstance(halo_timeout, (int, float)) or halo_timeout <= 0:
+        raise ValueError(f"halo_timeout must be positive seconds, got {halo_timeout!r}")
+
+
+def check_num_threads(num_threads: Optional[int]) -> None:
+    if num_threads is None:
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
+
+
+def check_batch(batch: Any, rank: int, world_size: int) -> HaloPartition:
+    """``batch`` if it is this rank's part of a ``world_size``-way partition, else the error saying why."""
+    if not isinstance(batch, HaloPartition):
+        raise TypeError(
+            f"HaloQuantStrategy expects every batch to be a HaloPartition, got {type(batch).__name__}. "
+            "Use lightning_halo.HaloDataModule (or a DataLoader yielding this rank's HaloPartition)."
+        )
+    if int(batch.num_parts) != world_size or int(batch.part_id) != rank:
+        raise ValueError(
+            f"rank {rank} of {world_size} received partition {int(batch.part_id)} of "
+            f"{int(batch.num_parts)}; each rank must get its own part of a {world_size}-way partition."
+        )
+    return batch
 
 
 def _cores_per_rank(processes_per_node: int) -> int:
@@ -156,16 +184,8 @@ class HaloQuantStrategy(DDPStrategy):
         static_graph: bool = False,
         gradient_as_bucket_view: bool = False,
     ) -> None:
-        check_bits(bits)
-        for name, value in (("grad_bits", grad_bits), ("eval_bits", eval_bits)):
-            if value is not None:  # None: the same as bits
-                check_bits(value, name)
-        if halo_timeout <= 0:
-            raise ValueError(f"halo_timeout must be positive seconds, got {halo_timeout}")
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation={aggregation!r} is not supported; choose one of {AGGREGATIONS}")
-        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
-            raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
+        check_halo_timeout(halo_timeout)
+        check_num_threads(num_threads)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -182,11 +202,12 @@ class HaloQuantStrategy(DDPStrategy):
         self.scale_loss: LossScaling = check_scale_loss(scale_loss)
         self.halo_timeout = float(halo_timeout)
         self.num_threads = num_threads
-        #: The exchange (owns bits, seeds and all per-rank halo state).
+        #: The rank's halo exchange (checks and owns the bit widths, seeds and per-rank halo state).
         self.exchanger = HaloExchanger(
             None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite
         )
-        self._layers = LayerContext(self.exchanger, aggregation)
+        self._layers = LayerContext(self.exchanger, aggregation)  # checks and owns `aggregation`
+        self._policy: HaloPolicy = SYNC
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
         self._plans_checked: set[int] = set()
@@ -213,6 +234,23 @@ class HaloQuantStrategy(DDPStrategy):
         """How each hooked layer ran (fused sparse or edge_index, and why), by layer name."""
         return dict(self._layers.choices)
 
+    # ------------------------------------------------------------------ what callbacks use
+    def use_policy(self, policy: HaloPolicy) -> None:
+        """Run training epochs as ``policy`` says (:class:`~lightning_halo.HaloSchedule` hands it over at setup).
+
+        Without one every epoch is ``"sync"``. Validation, test and predict always are.
+        """
+        self._policy = policy
+
+    @property
+    def traffic(self) -> TrafficMeter:
+        """This rank's halo traffic (bytes and times), for reading (:class:`~lightning_halo.HaloTrafficLogger`)."""
+        return self.exchanger.meter
+
+    def staleness(self) -> dict[str, int]:
+        """Epochs since each training exchange (a layer, or a step ``layer#k``) last received fresh rows."""
+        return dict(zip(self.exchanger.slot_layers(), self.exchanger.staleness()))
+
     # ------------------------------------------------------------------ environment
     @override
     def connect(self, model: pl.LightningModule) -> None:
@@ -234,9 +272,19 @@ class HaloQuantStrategy(DDPStrategy):
         self.exchanger.connect(
             DistTransport(self._halo_group, self.global_rank, self.world_size) if self._halo_group is not None else None
         )
+        trainer = self._trainer()
+        if trainer is not None:
+            self._add_callbacks(trainer)
+
+    def _trainer(self) -> Optional[pl.Trainer]:
+        """The Trainer the LightningModule is attached to, if any."""
         module = self.lightning_module
-        if module is not None and module._trainer is not None:
-            self._add_callbacks(module.trainer)
+        if module is None:
+            return None
+        try:
+            return module.trainer
+        except RuntimeError:  # not attached to a Trainer
+            return None
 
     def _add_callbacks(self, trainer: pl.Trainer) -> None:
         """Traffic logging and checkpoint state are part of the strategy, not user options.
@@ -251,7 +299,7 @@ class HaloQuantStrategy(DDPStrategy):
         if state is None:
             state = HaloStateCallback()
             trainer.callbacks.append(state)
-        state.attach(self.exchanger, self.global_rank, self.world_size)
+        state.attach(self.exchanger.state, self.global_rank, self.world_size)
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -297,7 +345,7 @@ class HaloQuantStrategy(DDPStrategy):
                     "per-node mode; node-wise norms (LayerNorm(mode='node')) are exact on partitions.",
                     stacklevel=2,
                 )
-            elif isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and not sync_bn:
+            elif isinstance(sub, BATCH_NORM_BASE) and not sync_bn:
                 fix = (
                     "pass Trainer(sync_batchnorm=True) for whole-graph statistics"
                     if self.root_device.type == "cuda"
@@ -312,36 +360,16 @@ class HaloQuantStrategy(DDPStrategy):
 
     # ------------------------------------------------------------------ steps
     def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition:
-        batch = args[0] if args else kwargs.get("batch")
-        if not isinstance(batch, HaloPartition):
-            raise TypeError(
-                f"HaloQuantStrategy expects every batch to be a HaloPartition, got {type(batch).__name__}. "
-                "Use lightning_halo.HaloDataModule (or a DataLoader yielding this rank's HaloPartition)."
-            )
-        if int(batch.num_parts) != self.world_size or int(batch.part_id) != self.global_rank:
-            raise ValueError(
-                f"rank {self.global_rank} of {self.world_size} received partition {int(batch.part_id)} of "
-                f"{int(batch.num_parts)}; each rank must get its own part of a {self.world_size}-way partition."
-            )
+        batch = check_batch(args[0] if args else kwargs.get("batch"), self.global_rank, self.world_size)
         if self.exchanger.bind(batch):
             self._layers.bind(batch)
             if self.exchanger.active:
                 self._check_plans(batch)
-        epoch, mode, smoothing = 0, "sync", 0.0
-        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
-        if trainer is not None:
-            epoch = int(trainer.current_epoch)
-            schedule = self._schedule(trainer)
-            if training and schedule is not None:
-                mode, smoothing = schedule.step_mode(epoch), schedule.smoothing
-        self.exchanger.begin_step(training, epoch, mode, smoothing)  # type: ignore[arg-type]
+        trainer = self._trainer()
+        epoch = int(trainer.current_epoch) if trainer is not None else 0
+        mode = self._policy.mode_at(epoch) if training else "sync"
+        self.exchanger.begin_step(training, epoch, mode, self._policy.smoothing)
         return batch
-
-    @staticmethod
-    def _schedule(trainer: pl.Trainer) -> Any:
-        from lightning_halo.callbacks import HaloSchedule
-
-        return next((cb for cb in trainer.callbacks if isinstance(cb, HaloSchedule)), None)
 
     def _check_plans(self, part: HaloPartition) -> None:
         """Cheap collective at the first step: every peer must expect exactly the rows we send."""
@@ -393,44 +421,18 @@ class HaloQuantStrategy(DDPStrategy):
 
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
-        loss = closure_loss
-        part = self.exchanger.part
-        if self.scale_loss == "train_mean" and part is not None:
-            loss = self._scale(loss, part)
-        elif self.scale_loss == "share":
-            loss = loss * self.world_size
+        loss = scaled_loss(closure_loss, self.scale_loss, self.world_size, self.exchanger.part)
         loss = self.exchanger.prepare_loss(loss)
         return super().backward(loss, optimizer, *args, **kwargs)
-
-    def _scale(self, loss: Tensor, part: HaloPartition) -> Tensor:
-        total = int(part.num_train_global)
-        if total == 0:
-            raise ValueError("the graph has no train node (train_mask is all False); nothing to train on.")
-        n_r = int(part.train_mask.sum()) if "train_mask" in part else 0
-        factor = self.world_size * n_r / total
-        if n_r == 0:
-            # The mean over zero nodes is NaN; keep the graph (every collective must run) but weigh it 0.
-            return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss)) * 0.0
-        return loss * factor
 
     @override
     def on_exception(self, exception: BaseException) -> None:
         # DDPStrategy's explanation of DDP's unused-parameter error names DDPStrategy: name this strategy.
         _augment_message(exception, pattern=_UNUSED_PARAMETERS, new_message=_UNUSED_PARAMETERS_FIX)
         super().on_exception(exception)
-        # A failed run must leave no process behind. A rank frozen in user code never reaches the
-        # collective that would time out, and Lightning's launcher kills the ranks it started only on
-        # KeyboardInterrupt (trainer/call.py): do the same for every failure. Ranks started by
-        # torchrun/SLURM are not ours (the launcher then has no children) and are left to them.
-        from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
-        from lightning.pytorch.trainer.connectors.signal_connector import _get_sigkill_signal
-
-        launcher = self.launcher
-        if isinstance(launcher, _SubprocessScriptLauncher) and launcher.procs:
-            deadline = time.monotonic() + 2.0  # ranks failing too get to print their own error first
-            while any(p.poll() is None for p in launcher.procs) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            launcher.kill(_get_sigkill_signal())
+        # A failed run must leave no process behind: a rank frozen in user code never reaches the
+        # collective that would time out.
+        stop_launched_ranks(self.launcher)
 
     # ------------------------------------------------------------------ teardown, registry
     @override
@@ -444,11 +446,12 @@ class HaloQuantStrategy(DDPStrategy):
             self.exchanger.connect(None)
             dist.destroy_process_group(self._halo_group)
             self._halo_group = None
+        self._policy = SYNC  # a schedule hands its policy over again at the next setup
         super().teardown()
 
     @classmethod
     @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
         from lightning_halo.names import register_names
 
         register_names(strategy_registry, cls)

@@ -38,7 +38,7 @@ def test_one_cell_and_report(tmp_path: Path) -> None:
     assert len(rec["ranks"]) == 2 and len(s["curve"]) == 5
     assert s["bytes_per_epoch"] > 0 and s["epoch_s"] > 0 and 0 < s["final"]["test_acc"] <= 1
     assert set(s["breakdown"]) == {"compute_s", "codec_s", "wait_s", "allreduce_s"}
-    assert [e["mode"] for e in rec["ranks"][0]["epochs"]] == ["sync", "stale", "stale", "stale", "stale"]
+    assert [e["mode"] for e in rec["ranks"][0]["epochs"]] == ["sync", "pipelined", "pipelined", "pipelined", "pipelined"]
     # a cell that fails (here: an invalid bit width) is recorded, reported, and does not stop the harness
     bad = subprocess.run([*harness, "cell", "--graph", "cora", "--model", "gcn", "--bits", "3", "--epochs", "2", "--nodes", "2", "--local"],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_halo.callbacks.reduced import log_reduced
-from lightning_halo.exchange import StepMode, check_smoothing
-
-Mode = Literal["sync", "pipelined", "periodic"]
-_MODE_CODE = {"sync": 0, "stale": 1, "reuse": 2}
+from lightning_halo.exchange.policy import MODES, HaloPolicy, Mode
 
 
 class HaloSchedule(Callback):
@@ -32,7 +29,9 @@ class HaloSchedule(Callback):
     The first epoch and ``warmup_epochs`` are synchronous. ``smoothing=m`` replaces received
     stale rows and gradients by the moving average :math:`m\,\text{old} + (1-m)\,\text{new}`
     (PipeGCN's smoothing). The decision depends on the epoch number only, so every rank issues
-    the same collectives. Logged each epoch: ``halo/mode`` (0 sync, 1 pipelined, 2 reuse),
+    the same collectives. The options are checked once, here, into a
+    :class:`~lightning_halo.exchange.policy.HaloPolicy` that the schedule hands to the strategy
+    at setup. Logged each epoch: ``halo/mode`` (0 sync, 1 pipelined, 2 periodic),
     ``halo/staleness`` (largest, also on the progress bar) and ``halo/staleness/<layer>``.
 
     Args:
@@ -57,61 +56,53 @@ class HaloSchedule(Callback):
         smoothing: float = 0.0,
         warmup_epochs: int = 0,
     ) -> None:
-        if mode not in ("sync", "pipelined", "periodic"):
-            raise ValueError(f"unknown mode {mode!r}; choose 'sync', 'pipelined' or 'periodic'")
-        if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
-            raise ValueError(f"sync_every must be a positive integer or None, got {sync_every!r}")
-        if not isinstance(refresh_every, int) or refresh_every < 1:
-            raise ValueError(f"refresh_every must be a positive integer, got {refresh_every!r}")
-        check_smoothing(smoothing)
-        if not isinstance(warmup_epochs, int) or warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be a non-negative integer, got {warmup_epochs!r}")
-        if sync_every is not None and mode != "pipelined":
-            raise ValueError("sync_every applies to mode='pipelined' only")
-        self.mode = mode
-        self.sync_every = sync_every
-        self.refresh_every = refresh_every
-        self.smoothing = smoothing
-        self.warmup_epochs = warmup_epochs
+        #: The schedule's options, checked.
+        self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs)
 
-    def step_mode(self, epoch: int) -> StepMode:
+    @property
+    def mode(self) -> Mode:
+        return self.policy.mode
+
+    @property
+    def smoothing(self) -> float:
+        return self.policy.smoothing
+
+    def step_mode(self, epoch: int) -> Mode:
         """What a training epoch does with halos (a pure function of the epoch number).
 
         Example:
             >>> tuple(HaloSchedule("pipelined", sync_every=3).step_mode(e) for e in range(5))
-            ('sync', 'stale', 'stale', 'sync', 'stale')
+            ('sync', 'pipelined', 'pipelined', 'sync', 'pipelined')
         """
-        start = max(1, self.warmup_epochs)
-        if self.mode == "sync" or epoch < start:
-            return "sync"
-        if self.mode == "pipelined":
-            return "sync" if self.sync_every is not None and epoch % self.sync_every == 0 else "stale"
-        return "sync" if (epoch - start) % self.refresh_every == 0 else "reuse"
+        return self.policy.mode_at(epoch)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if getattr(trainer.strategy, "exchanger", None) is None:
+        use_policy = getattr(trainer.strategy, "use_policy", None)
+        if use_policy is None:
             raise TypeError(
                 f"HaloSchedule needs strategy=HaloQuantStrategy(...), got {type(trainer.strategy).__name__}"
             )
+        use_policy(self.policy)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        ex = trainer.strategy.exchanger  # type: ignore[attr-defined]
-        stale = ex.staleness()
+        stale = trainer.strategy.staleness()  # type: ignore[attr-defined]
         # The same on every rank (decided by the epoch number): nothing to reduce across ranks.
-        log_reduced(pl_module, {"halo/mode": _MODE_CODE[ex.mode]}, reduce_fx="max")
-        log_reduced(pl_module, {"halo/staleness": max(stale, default=0)}, reduce_fx="max", prog_bar=True)
-        log_reduced(pl_module, {f"halo/staleness/{layer}": v for layer, v in zip(ex.slot_layers(), stale)}, reduce_fx="max")
+        mode = self.policy.mode_at(trainer.current_epoch)
+        log_reduced(pl_module, {"halo/mode": MODES.index(mode)}, reduce_fx="max")
+        log_reduced(pl_module, {"halo/staleness": max(stale.values(), default=0)}, reduce_fx="max", prog_bar=True)
+        log_reduced(pl_module, {f"halo/staleness/{layer}": v for layer, v in stale.items()}, reduce_fx="max")
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        p = self.policy
         return {
-            "mode": self.mode,
-            "sync_every": self.sync_every,
-            "refresh_every": self.refresh_every,
-            "smoothing": self.smoothing,
-            "warmup_epochs": self.warmup_epochs,
+            "mode": p.mode,
+            "sync_every": p.sync_every,
+            "refresh_every": p.refresh_every,
+            "smoothing": p.smoothing,
+            "warmup_epochs": p.warmup_epochs,
         }

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lightning_halo.exchange import HaloExchanger
+from lightning_halo.exchange import ExchangeState
 
 
 def _rng_state() -> dict[str, Any]:
@@ -54,20 +54,21 @@ class HaloStateCallback(Callback):
         return "HaloStateCallback"
 
     def __init__(self) -> None:
-        self._exchanger: Optional[HaloExchanger] = None
+        self._state: Optional[ExchangeState] = None
         self._rank = 0
         self._world = 1
 
-    def attach(self, exchanger: HaloExchanger, rank: int, world_size: int) -> None:
+    def attach(self, state: ExchangeState, rank: int, world_size: int) -> None:
+        """Checkpoint ``state`` (the strategy's exchange state) of rank ``rank`` of ``world_size``."""
         # No reference to the process group here: a group kept alive by a callback after the
         # strategy destroyed it would be torn down at interpreter exit, which aborts in gloo.
-        self._exchanger, self._rank, self._world = exchanger, rank, world_size
+        self._state, self._rank, self._world = state, rank, world_size
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        if self._exchanger is None:
+        if self._state is None:
             return {}
-        mine = {"exchange": self._exchanger.state_dict(), "rng": _rng_state()}
+        mine = {"exchange": self._state.state_dict(), "rng": _rng_state()}
         states: list[Any] = [mine]
         if self._world > 1 and dist.is_available() and dist.is_initialized():
             states = [None] * self._world
@@ -76,7 +77,7 @@ class HaloStateCallback(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if not state_dict or self._exchanger is None:
+        if not state_dict or self._state is None:
             return
         if state_dict["world_size"] != self._world:
             raise ValueError(
@@ -84,5 +85,5 @@ class HaloStateCallback(Callback):
                 f"{self._world}; resume with the same number of processes (the partition depends on it)."
             )
         mine = state_dict["ranks"][self._rank]
-        self._exchanger.load_state_dict(mine["exchange"])
+        self._state.load_state_dict(mine["exchange"])
         _set_rng_state(mine["rng"])

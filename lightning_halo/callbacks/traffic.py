@@ -12,13 +12,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_halo.callbacks.reduced import all_ranks, log_reduced
-from lightning_halo.exchange import HaloExchanger, TrafficMeter
+from lightning_halo.exchange import TrafficMeter
 
 _MB = 1e6
 
 
-def _exchanger(trainer: pl.Trainer) -> Optional[HaloExchanger]:
-    return getattr(trainer.strategy, "exchanger", None)
+def _traffic(trainer: pl.Trainer) -> Optional[TrafficMeter]:
+    """The strategy's traffic meter (``None`` under another strategy)."""
+    return getattr(trainer.strategy, "traffic", None)
 
 
 def _reduction_text(sent: float, fp32: float, bits: int, grad_bits: int) -> str:
@@ -44,7 +45,7 @@ class HaloTrafficLogger(Callback):
     progress bar), ``halo/wait_s`` (slowest rank's time blocked on halo collectives) and
     ``halo/codec_s`` (slowest rank's time quantizing and dequantizing);
     ``halo/eval_bytes`` for validation. At the end of fit, rank 0 prints MB sent and the
-    reduction factor against float32, per layer and direction, and the figures are kept in
+    reduction factor against float32, per layer and kind of traffic, and the figures are kept in
     :attr:`summary`. :class:`HaloQuantStrategy` adds this callback itself.
 
     Example:
@@ -59,13 +60,12 @@ class HaloTrafficLogger(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        ex = _exchanger(trainer)
-        if ex is None:
+        m = _traffic(trainer)
+        if m is None:
             return
-        m = ex.meter
         local = torch.tensor(
-            [TrafficMeter.sum_direction(m.epoch, "fwd"), TrafficMeter.sum_direction(m.epoch, "bwd"),
-             TrafficMeter.sum_direction(m.epoch_fp32, "fwd"), TrafficMeter.sum_direction(m.epoch_fp32, "bwd"),
+            [TrafficMeter.sum_traffic(m.epoch, "fwd"), TrafficMeter.sum_traffic(m.epoch, "bwd"),
+             TrafficMeter.sum_traffic(m.epoch_fp32, "fwd"), TrafficMeter.sum_traffic(m.epoch_fp32, "bwd"),
              m.epoch_wait_s, m.epoch_codec_s],
             dtype=torch.float64,
         )  # fmt: skip
@@ -79,20 +79,21 @@ class HaloTrafficLogger(Callback):
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ex = _exchanger(trainer)
-        if ex is None or trainer.sanity_checking:
+        m = _traffic(trainer)
+        if m is None or trainer.sanity_checking:
             return
-        eval_bytes = TrafficMeter.sum_direction(ex.meter.epoch, "eval")
+        eval_bytes = TrafficMeter.sum_traffic(m.epoch, "eval")
         pl_module.log("halo/eval_bytes", float(eval_bytes), reduce_fx="sum", sync_dist=True, batch_size=1)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ex = _exchanger(trainer)
-        if ex is None:
+        m = _traffic(trainer)
+        if m is None:
             return
-        keys = sorted(set(ex.meter.total))
+        bits, grad_bits = trainer.strategy.bits, trainer.strategy.grad_bits  # type: ignore[attr-defined]
+        keys = sorted(set(m.total))
         local = torch.tensor(
-            [[ex.meter.total[k], ex.meter.total_fp32[k]] for k in keys] + [[ex.meter.total_wait_s, 0.0]],
+            [[m.total[k], m.total_fp32[k]] for k in keys] + [[m.total_wait_s, 0.0]],
             dtype=torch.float64,
         )
         sums, waits = local[:-1].clone(), local[-1:, :1].clone()
@@ -104,7 +105,7 @@ class HaloTrafficLogger(Callback):
             dist.all_reduce(sums, op=dist.ReduceOp.SUM)
             dist.all_reduce(waits, op=dist.ReduceOp.MAX)
             sums, waits = sums.cpu(), waits.cpu()
-        rows = {f"{layer}/{direction}": (float(s[0]), float(s[1])) for (layer, direction), s in zip(keys, sums)}
+        rows = {f"{layer}/{traffic}": (float(s[0]), float(s[1])) for (layer, traffic), s in zip(keys, sums)}
         sent = sum(v[0] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))
         fp32 = sum(v[1] for k, v in rows.items() if k.endswith(("/fwd", "/bwd")))
         self.summary = {
@@ -116,12 +117,12 @@ class HaloTrafficLogger(Callback):
             "epochs": trainer.current_epoch,
         }
         lines = [
-            f"lightning-halo traffic (all ranks, {trainer.current_epoch} epochs, bits={ex.bits}, grad_bits={ex.grad_bits}):"
+            f"lightning-halo traffic (all ranks, {trainer.current_epoch} epochs, bits={bits}, grad_bits={grad_bits}):"
         ]
         for key, (b, f32) in rows.items():
             lines.append(f"  {key:<32} {b / _MB:10.3f} MB  (fp32 {f32 / _MB:10.3f} MB)")
         lines.append(
             f"  training halo traffic {sent / _MB:.3f} MB vs {fp32 / _MB:.3f} MB as float32: "
-            f"{_reduction_text(sent, fp32, ex.bits, ex.grad_bits)}; exchange wait {self.summary['wait_s']:.2f} s"
+            f"{_reduction_text(sent, fp32, bits, grad_bits)}; exchange wait {self.summary['wait_s']:.2f} s"
         )
         rank_zero_info("\n".join(lines))

@@ -13,11 +13,8 @@ from typing import Any, Optional
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightning_halo.data.partition_dir import FORMAT_VERSION, PartitionDirectory, PartitionFileError, Phase, write_partition_dir
+from lightning_halo.data.partition_dir import FORMAT_VERSION, PartitionDirectory, Phase, write_partition_dir
 from lightning_halo.partition.halo_partition import hash_tensor
-
-#: A cached file is missing, truncated or does not match its recorded hash (the cache rebuilds it).
-CacheCorruptError = PartitionFileError
 
 
 def default_cache_dir() -> Path:

@@ -1,56 +1,59 @@
-r"""The one halo exchange: an autograd function over the wire, driven step by step by the strategy.
+r"""The differentiable halo fetch of one rank: one autograd function over the wire, with its slots.
 
-:class:`HaloExchanger` owns the exchange state of one rank: the plans of its partition, the
-training slots (:mod:`~lightning_halo.exchange.slots`), the traffic meter and the
-stochastic-rounding generators. One caller drives it: the strategy calls :meth:`begin_step`
-before every step with the epoch, the schedule's mode and smoothing; layer hooks call
-:meth:`fetch` and friends; callbacks only read (:meth:`staleness`, :attr:`meter`).
+:class:`HaloExchanger` binds a partition (its plans), fetches halo rows for the layer calls
+(:meth:`~HaloExchanger.fetch`, differentiable: in backward the halo gradients go back to their
+owners) and keeps the training slots that make ``"pipelined"`` and ``"periodic"`` epochs work.
+It is given its epoch and mode before every step (:meth:`~HaloExchanger.begin_step`, by the
+strategy). Beside it, built on the same wire: :attr:`~HaloExchanger.collectives` (the exact
+collectives the layer calls are given) and :attr:`~HaloExchanger.state` (what checkpoints).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
 
+from lightning_halo.exchange.collectives import Collectives
+from lightning_halo.exchange.inputs import InputHalos
 from lightning_halo.exchange.meter import TrafficMeter
-from lightning_halo.exchange.plan import ExchangePlan
-from lightning_halo.exchange.slots import STEP_MODES, SlotTable, StepMode
-from lightning_halo.exchange.wire import HaloExchangeError, SoloTransport, Transport, Wire
-from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
+from lightning_halo.exchange.plan import Direction, ExchangePlan
+from lightning_halo.exchange.policy import Mode
+from lightning_halo.exchange.slots import SlotTable
+from lightning_halo.exchange.state import ExchangeState
+from lightning_halo.exchange.wire import SoloTransport, Transport, Wire
+from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.quant import check_bits
 
-#: Observer of training exchanges (tests): ``fn(direction, epoch, slot, sent, received)``.
+#: Observer of training exchanges (tests): ``fn(traffic, epoch, slot, sent, received)``.
 Observer = Callable[[str, int, Optional[int], Tensor, Tensor], None]
 
 
 @dataclass(frozen=True)
-class _Call:
+class Fetch:
+    """One differentiable fetch: which layer, which training slot (``None``: outside the slots), how."""
+
     layer: str
     slot: Optional[int]
-    mode: StepMode
+    mode: Mode
     training: bool
-    plan: str
+    direction: Direction
     exact: bool = False
 
 
-class _HaloFetch(torch.autograd.Function):
+class _HaloRows(torch.autograd.Function):
     """Forward: halo rows from their owners. Backward: halo gradients back to their owners."""
 
     @staticmethod
-    def forward(ctx: Any, x_inner: Tensor, exchanger: HaloExchanger, call: _Call) -> Tensor:  # type: ignore[override]
-        ctx.exchanger, ctx.call = exchanger, call
-        return exchanger._forward_rows(x_inner.detach(), call)
+    def forward(ctx: Any, x_inner: Tensor, exchanger: HaloExchanger, fetch: Fetch) -> Tensor:  # type: ignore[override]
+        ctx.exchanger, ctx.fetch = exchanger, fetch
+        return exchanger.rows_forward(x_inner.detach(), fetch)
 
     @staticmethod
     def backward(ctx: Any, grad_halo: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
-        return ctx.exchanger._backward_rows(grad_halo.contiguous(), ctx.call), None, None
-
-
-def _seed(base: int) -> int:
-    return base & 0x7FFF_FFFF_FFFF_FFFF
+        return ctx.exchanger.rows_backward(grad_halo.contiguous(), ctx.fetch), None, None
 
 
 class HaloExchanger:
@@ -87,27 +90,24 @@ class HaloExchanger:
         seed: int = 0,
         check_finite: bool = True,
     ) -> None:
-        self.bits = bits
-        self.grad_bits = bits if grad_bits is None else grad_bits
-        self.eval_bits = eval_bits
-        self.seed = seed
+        self.bits = check_bits(bits)
+        self.grad_bits = bits if grad_bits is None else check_bits(grad_bits, "grad_bits")
+        self.eval_bits = check_bits(eval_bits, "eval_bits")
         self.meter = TrafficMeter()
         self._wire = Wire(transport or SoloTransport(), self.meter, check_finite)
         self._slots = SlotTable(self._wire)
-        # Separate streams: how often you validate must not change the training codes.
-        self._gen = torch.Generator()
-        self._eval_gen = torch.Generator()
-        self._seeded = False
-        self._plans: dict[str, ExchangePlan] = {}
+        #: The exact collectives the layer calls are given (degrees, edge lists, agreement).
+        self.collectives = Collectives(self._wire)
+        #: What checkpoints (generators, slots, traffic totals), for :class:`~lightning_halo.HaloStateCallback`.
+        self.state = ExchangeState(seed, self._slots, self.meter)
+        self._inputs = InputHalos(self.collectives)
+        self._plans: dict[Direction, ExchangePlan] = {}
         self._part: Optional[HaloPartition] = None
-        self._mode: StepMode = "sync"
+        self._mode: Mode = "sync"
         self._training = False
         self._epoch = 0
-        self._call_index = 0
+        self._slot_index = 0
         self._anchors: list[Tensor] = []
-        self._restored: Optional[dict[str, Any]] = None
-        self._restored_plans: dict[str, tuple[int, int]] = {}
-        self._input_cache: dict[tuple[int, str], tuple[Tensor, int, Tensor]] = {}
         self._observers: list[Observer] = []
 
     # ------------------------------------------------------------------ wiring and binding
@@ -117,7 +117,7 @@ class HaloExchanger:
 
     @property
     def world_size(self) -> int:
-        return self._wire.transport.world_size
+        return self._wire.world_size
 
     @property
     def bound(self) -> bool:
@@ -139,61 +139,43 @@ class HaloExchanger:
             return False
         self._part = part
         self._plans = {"in": ExchangePlan.from_partition(part)}
-        if not self._seeded:  # once per exchanger (or never, when restored from a checkpoint)
-            base = self.seed * 1_000_003 + self._plans["in"].rank
-            self._gen.manual_seed(_seed(base))
-            self._eval_gen.manual_seed(_seed(base + 7919))
-            self._seeded = True
-        self._apply_restored()
-        self._input_cache.clear()
+        self._inputs.bind(part)
+        self.state.bound(self._plans)
         return True
 
-    def plan(self, key: str = "in") -> ExchangePlan:
-        """The plan ``key`` (``"in"``: the partition's; others are added by :meth:`add_plan`)."""
+    def plan(self, direction: Direction = "in") -> ExchangePlan:
+        """The plan of ``direction`` (``"in"``: the partition's; ``"out"`` once :meth:`add_plan` added it)."""
         if not self._plans:
             raise RuntimeError(
-                "a message-passing layer ran outside a training/validation/test/predict step, so lightning-halo does not "
-                "know which partition it belongs to; run the model inside a step on a HaloPartition batch."
+                "a message-passing layer ran outside a training/validation/test/predict step, so lightning-halo does "
+                "not know which partition it belongs to; run the model inside a step on a HaloPartition batch."
             )
-        return self._plans[key]
+        return self._plans[direction]
 
-    def has_plan(self, key: str) -> bool:
-        return key in self._plans
-
-    def add_plan(self, key: str, plan: ExchangePlan) -> None:
-        """Register a further plan of the bound partition (e.g. its out-edges' halo)."""
-        want = self._restored_plans.pop(key, None)
-        if want is not None and want != (plan.n_halo, plan.num_send):
-            raise self._foreign_checkpoint(want, plan)
-        self._plans[key] = plan
-
-    def inner_rows(self) -> int:
-        """Rows this rank owns (what every layer input must have)."""
-        return self.plan().n_inner
+    def add_plan(self, direction: Direction, plan: ExchangePlan) -> None:
+        """Register a further plan of the bound partition (its reversed out-edges' halo)."""
+        self.state.added(direction, plan)
+        self._plans[direction] = plan
 
     # ------------------------------------------------------------------ steps
-    def begin_step(self, training: bool, epoch: int = 0, mode: StepMode = "sync", smoothing: float = 0.0) -> None:
+    def begin_step(self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0) -> None:
         """Called by the strategy before each training/validation/test/predict step.
 
-        A new training epoch starts the meter's epoch counts.
+        ``mode`` and ``smoothing`` come from the schedule's
+        :class:`~lightning_halo.exchange.policy.HaloPolicy` (checked there). A new training epoch
+        starts the meter's epoch counts; evaluation steps are always ``"sync"``.
         """
-        if mode not in STEP_MODES:
-            raise ValueError(f"unknown step mode {mode!r}; choose one of {STEP_MODES}")
         if training and epoch != self._epoch:
             self.meter.reset_epoch()
         if training:
             self._epoch = epoch
         self._training, self._mode = training, mode if training else "sync"
         self._slots.set_smoothing(smoothing)
-        self._call_index = 0
+        self._slot_index = 0
         self._anchors.clear()
 
-    def end_training(self) -> None:
-        """After fit: later steps (validate/test/predict) are synchronous."""
-        self._mode = "sync"
-
     @property
-    def mode(self) -> StepMode:
+    def mode(self) -> Mode:
         return self._mode
 
     @property
@@ -213,98 +195,67 @@ class HaloExchanger:
         return self._slots.layers()
 
     def observe(self, fn: Observer) -> None:
-        """Call ``fn(direction, epoch, slot, sent, received)`` for every training exchange (tests, tracing)."""
+        """Call ``fn(traffic, epoch, slot, sent, received)`` for every training exchange (tests, tracing)."""
         self._observers.append(fn)
 
-    # ------------------------------------------------------------------ public exchange
-    def fetch(self, x_inner: Tensor, layer: str, *, plan: str = "in", exact: bool = False) -> Tensor:
+    # ------------------------------------------------------------------ the fetch
+    def fetch(self, x_inner: Tensor, layer: str, *, direction: Direction = "in", exact: bool = False) -> Tensor:
         """Halo rows ``[n_halo, ...]`` of ``x_inner`` (``[n_inner, ...]``), differentiable.
 
         Input features (a node-level tensor of the bound partition that needs no gradient)
         come from the partition's ``halo_x`` while ``x`` is unchanged, else they are
-        exchanged once at full precision; either way they are cached. ``exact`` forces a
-        synchronous 32-bit exchange outside the training slots (for layers that cache results).
+        exchanged once at full precision; either way they are kept
+        (:class:`~lightning_halo.exchange.inputs.InputHalos`). ``exact`` forces a synchronous
+        32-bit exchange outside the training slots (for layers that cache results).
         """
-        p = self.plan(plan)
+        p = self.plan(direction)
         if x_inner.dim() != 2:
-            x2 = x_inner.reshape(x_inner.size(0), -1)
-            return self.fetch(x2, layer, plan=plan, exact=exact).reshape(p.n_halo, *x_inner.shape[1:])
+            flat = self.fetch(x_inner.reshape(x_inner.size(0), -1), layer, direction=direction, exact=exact)
+            return flat.reshape(p.n_halo, *x_inner.shape[1:])
         if p.world_size == 1:
             return x_inner[:0]
-        if not x_inner.requires_grad and self._is_partition_tensor(x_inner):
-            key = (id(x_inner), plan)
-            hit = self._input_cache.get(key)
-            if hit is not None and hit[0] is x_inner and hit[1] == x_inner._version:
-                return hit[2]
-            halo = self._stored_halo(x_inner, layer) if plan == "in" else None
-            if halo is None:
-                halo = self._wire.exchange(x_inner[p.send_index], 32, *p.counts(True), layer, "input")
-            self._input_cache[key] = (x_inner, x_inner._version, halo)
-            return halo
+        if self._inputs.holds(x_inner):
+            return self._inputs.halo(x_inner, p, direction, layer)
         if self._training and torch.is_grad_enabled() and not exact:
-            call = _Call(layer, self._call_index, self._mode, True, plan)
-            self._call_index += 1
+            fetch = Fetch(layer, self._slot_index, self._mode, True, direction)
+            self._slot_index += 1
         else:
-            call = _Call(layer, None, "sync", self._training, plan, exact=True)
-        out = _HaloFetch.apply(x_inner, self, call)
+            fetch = Fetch(layer, None, "sync", self._training, direction, exact=True)
+        out = _HaloRows.apply(x_inner, self, fetch)
         if out.requires_grad:
             self._anchors.append(out)
         return out
 
-    def exchange_constant(self, rows_inner: Tensor, layer: str, *, plan: str = "in") -> Tensor:
-        """Exact, non-differentiable exchange of per-node values (e.g. degrees): ``[n_halo, ...]``."""
-        p = self.plan(plan)
-        if p.world_size == 1:
-            return rows_inner[:0]
-        with torch.no_grad():
-            rows = rows_inner[p.send_index].reshape(p.num_send, -1)
-            halo = self._wire.exchange(rows, 32, *p.counts(True), layer, "aux")
-        return halo.reshape(p.n_halo, *rows_inner.shape[1:])
+    def rows_forward(self, x_inner: Tensor, fetch: Fetch) -> Tensor:
+        """The halo rows of one fetch (the autograd function's forward; no graph)."""
+        plan = self.plan(fetch.direction)
+        send = x_inner[plan.send_index]
+        if fetch.slot is None:
+            bits = 32 if fetch.exact and fetch.training else self.eval_bits
+            traffic = "fwd" if fetch.training else "eval"
+            return self._wire.exchange(send, bits, *plan.counts(True), fetch.layer, traffic, self.state.eval_generator)
+        slot = self._slots.slot(fetch.slot, fetch.layer, fetch.direction, x_inner)
+        gen = self.state.train_generator
+        halo = self._slots.forward(slot, send, fetch.mode, self.bits, plan.counts(True), self._epoch, gen)
+        for fn in self._observers:
+            fn("fwd", self._epoch, fetch.slot, send.clone(), halo.clone())
+        return halo
 
-    def reduce_to_owners(self, values_halo: Tensor, layer: str, *, plan: str = "in") -> Tensor:
-        """Per inner node, the sum of the values its peers hold for it as a halo node: ``[n_inner, ...]``.
-
-        The reverse direction of :meth:`exchange_constant` (exact, non-differentiable), e.g.
-        for out-degrees, whose parts are spread over the partitions of the edges' targets.
-        """
-        p = self.plan(plan)
-        out = values_halo.new_zeros((p.n_inner, *values_halo.shape[1:]))
-        if p.world_size == 1:
-            return out
-        with torch.no_grad():
-            recv = self._wire.exchange(values_halo.reshape(p.n_halo, -1), 32, *p.counts(False), layer, "aux")
-            out.index_add_(0, p.send_index, recv.reshape(p.num_send, *values_halo.shape[1:]).to(out.dtype))
-        return out
-
-    def all_to_all_rows(self, chunks: list[Tensor], layer: str) -> list[Tensor]:
-        """Send ``chunks[q]`` (rows of any length) to peer ``q``; returns what each peer sent me.
-
-        Raw and exact; first the row counts travel, then the rows (used once per partition,
-        e.g. to build its out-edges).
-        """
-        n = self.world_size
-        if len(chunks) != n:
-            raise ValueError(f"all_to_all_rows needs one chunk per rank ({n}), got {len(chunks)}")
-        ref = chunks[0]
-        counts = torch.tensor([c.size(0) for c in chunks], dtype=torch.long, device=ref.device)
-        ones = (1,) * n
-        got = self._wire.exchange(counts.view(-1, 1), 32, ones, ones, layer, "aux").view(-1).tolist()
-        width = int(math.prod(ref.shape[1:]))
-        rows = torch.cat(chunks).reshape(sum(c.size(0) for c in chunks), width)
-        out_counts = tuple(c.size(0) for c in chunks)
-        recv = self._wire.exchange(rows, 32, out_counts, tuple(int(g) for g in got), layer, "aux")
-        return [r.reshape(-1, *ref.shape[1:]) for r in torch.split(recv, [int(g) for g in got])]
-
-    def all_agree(self, flags: list[bool], layer: str) -> list[bool]:
-        """Each flag AND-ed over all ranks (one tiny all-reduce), so every rank takes the same branch."""
-        device = self.plan().send_index.device
-        t = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=device)
-        return [bool(v) for v in self._wire.all_agree(t, layer).tolist()]
-
-    def global_max(self, value: Tensor, layer: str) -> Tensor:
-        """The maximum of a 0-d tensor over all ranks."""
-        neg = -value.detach().reshape(1).clone()
-        return -self._wire.all_agree(neg, layer).reshape(())
+    def rows_backward(self, grad_halo: Tensor, fetch: Fetch) -> Tensor:
+        """The gradient of a fetch's inner rows from its halo rows' gradients (the autograd function's backward)."""
+        plan = self.plan(fetch.direction)
+        slot = self._slots.slots[fetch.slot] if fetch.slot is not None else None
+        bits = 32 if fetch.slot is None else self.grad_bits
+        gen = self.state.train_generator
+        counts = plan.counts(False)
+        recv = self._slots.backward(slot, fetch.layer, grad_halo, fetch.mode, bits, counts, self._epoch, gen)
+        grad = grad_halo.new_zeros((plan.n_inner, *grad_halo.shape[1:]))
+        if recv is not None and recv.numel():
+            grad.index_add_(0, plan.send_index, recv.to(grad.dtype))
+        if fetch.slot is not None:
+            for fn in self._observers:
+                fn("bwd", self._epoch, fetch.slot, grad_halo.clone(), grad.clone())
+        return grad
 
     def prepare_loss(self, loss: Tensor) -> Tensor:
         """Tie every halo fetched in this step into ``loss`` (with weight zero).
@@ -321,109 +272,3 @@ class HaloExchanger:
     def flush(self) -> None:
         """Wait for every asynchronous exchange in flight and fold it into the slots."""
         self._slots.flush()
-
-    # ------------------------------------------------------------------ checkpoint state
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's exchange state (stale rows, pending gradients, generator), on CPU.
-
-        In-flight exchanges are waited for first, so the state is that of the end of the epoch.
-        """
-        self.flush()
-        plan = self._plans.get("in")
-        return {
-            "generator": self._gen.get_state(),
-            "slots": self._slots.state_dict(),
-            "meter_total": dict(self.meter.total),
-            "meter_total_fp32": dict(self.meter.total_fp32),
-            "rank": None if plan is None else plan.rank,
-            "n_halo": None if plan is None else plan.n_halo,
-            "num_send": None if plan is None else plan.num_send,
-            "plans": {k: (p.n_halo, p.num_send) for k, p in self._plans.items()},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; slots are moved to the device at the next :meth:`bind`."""
-        self._restored = state
-        if not self._seeded:
-            base = self.seed * 1_000_003 + int(state.get("rank") or 0)
-            self._eval_gen.manual_seed(_seed(base + 7919))
-        self._gen.set_state(state["generator"])
-        self._seeded = True
-        self.meter.restore_totals(state.get("meter_total", {}), state.get("meter_total_fp32", {}))
-        self._part = None  # force a re-bind, which applies the slots
-        if self._plans:
-            self._apply_restored()
-
-    def _apply_restored(self) -> None:
-        state, self._restored = self._restored, None
-        if state is None:
-            return
-        plan = self.plan()
-        if state.get("n_halo") is not None and (state["n_halo"], state["num_send"]) != (plan.n_halo, plan.num_send):
-            raise self._foreign_checkpoint((state["n_halo"], state["num_send"]), plan)
-        self._restored_plans = {k: tuple(v) for k, v in state.get("plans", {}).items() if k != "in"}  # type: ignore[misc]
-        self._slots.load_state_dict(state["slots"], plan.send_index.device)
-
-    @staticmethod
-    def _foreign_checkpoint(want: tuple[int, int], plan: ExchangePlan) -> HaloExchangeError:
-        return HaloExchangeError(
-            f"rank {plan.rank}: the checkpoint's halo state belongs to a different partition "
-            f"({want[0]} halo rows, {want[1]} sent rows; this partition has {plan.n_halo} and "
-            f"{plan.num_send}). Resume with the same graph, partitioner settings and number of processes."
-        )
-
-    # ------------------------------------------------------------------ autograd bodies
-    def _forward_rows(self, x_inner: Tensor, call: _Call) -> Tensor:
-        plan = self.plan(call.plan)
-        send = x_inner[plan.send_index]
-        if call.slot is None:
-            bits = 32 if call.exact and call.training else self.eval_bits
-            direction = "fwd" if call.training else "eval"
-            return self._wire.exchange(send, bits, *plan.counts(True), call.layer, direction, self._eval_gen)
-        slot = self._slots.slot(call.slot, call.layer, call.plan, x_inner)
-        halo = self._slots.forward(slot, send, call.mode, self.bits, plan.counts(True), self._epoch, self._gen)
-        for fn in self._observers:
-            fn("fwd", self._epoch, call.slot, send.clone(), halo.clone())
-        return halo
-
-    def _backward_rows(self, grad_halo: Tensor, call: _Call) -> Tensor:
-        plan = self.plan(call.plan)
-        slot = self._slots.slots[call.slot] if call.slot is not None else None
-        bits = 32 if call.slot is None else self.grad_bits
-        recv = self._slots.backward(
-            slot, call.layer, grad_halo, call.mode, bits, plan.counts(False), self._epoch, self._gen
-        )
-        grad = grad_halo.new_zeros((plan.n_inner, *grad_halo.shape[1:]))
-        if recv is not None and recv.numel():
-            grad.index_add_(0, plan.send_index, recv.to(grad.dtype))
-        if call.slot is not None:
-            for fn in self._observers:
-                fn("bwd", self._epoch, call.slot, grad_halo.clone(), grad.clone())
-        return grad
-
-    # ------------------------------------------------------------------ helpers
-    def _stored_halo(self, x: Tensor, layer: str) -> Optional[Tensor]:
-        """The partition's ``halo_x`` if ``x`` is its ``x`` exactly as partitioned, else None.
-
-        The decision must be the same on every rank (a rank that exchanges while its peer does
-        not would hang), so the ranks agree on it with one tiny all-reduce.
-        """
-        part = self._part
-        if part is None:
-            return None
-        halo_x, digest = part.get("halo_x"), part.get("x_digest")
-        ok = (
-            x is part.get("x")
-            and isinstance(halo_x, Tensor)
-            and halo_x.size(0) == self.plan().n_halo
-            and halo_x.shape[1:] == x.shape[1:]
-            and halo_x.dtype == x.dtype
-            and digest == tensor_digest(x)
-        )
-        return halo_x.to(x.device) if self.all_agree([bool(ok)], layer)[0] else None
-
-    def _is_partition_tensor(self, x: Tensor) -> bool:
-        part = self._part
-        if part is None:
-            return False
-        return any(v is x for v in part.values() if isinstance(v, Tensor))

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
+
+#: What a halo collective carries: training rows (``fwd``) and their gradients (``bwd``), rows for
+#: validation/test/predict (``eval``), input features exchanged once (``input``), exact per-node
+#: values such as degrees or edge lists (``aux``).
+Traffic = Literal["fwd", "bwd", "eval", "input", "aux"]
 
 
 @dataclass
 class TrafficMeter:
-    """Bytes handed to the collectives, per ``(layer, direction)``, for the current epoch and in total.
+    """Bytes handed to the collectives, per ``(layer, traffic)``, for the current epoch and in total.
 
     ``fp32`` counts what the same rows would cost as raw float32, the baseline for the
     reduction factor. ``wait_s`` is the time spent blocked on halo collectives (a blocking
     call, or waiting for an asynchronous one), ``codec_s`` the time spent quantizing and
-    dequantizing. Written only by the exchange (:class:`~lightning_halo.exchange.wire.Wire`
-    and :class:`~lightning_halo.exchange.HaloExchanger`); callbacks read it.
+    dequantizing. Written only by the exchange (the wire counts, the exchanger starts epochs, the
+    checkpoint state restores totals); callbacks read it.
 
     Example:
         >>> m = TrafficMeter(); m.add("conv1", "fwd", 10, 40); m.total[("conv1", "fwd")]
@@ -30,8 +36,8 @@ class TrafficMeter:
     epoch_codec_s: float = 0.0
     total_codec_s: float = 0.0
 
-    def add(self, layer: str, direction: str, nbytes: int, fp32_bytes: int) -> None:
-        key = (layer, direction)
+    def add(self, layer: str, traffic: Traffic, nbytes: int, fp32_bytes: int) -> None:
+        key = (layer, traffic)
         self.epoch[key] += nbytes
         self.epoch_fp32[key] += fp32_bytes
         self.total[key] += nbytes
@@ -57,5 +63,6 @@ class TrafficMeter:
         self.total_fp32.update(total_fp32)
 
     @staticmethod
-    def sum_direction(counts: dict[tuple[str, str], int], direction: str) -> int:
-        return sum(v for (_, d), v in counts.items() if d == direction)
+    def sum_traffic(counts: dict[tuple[str, str], int], traffic: Traffic) -> int:
+        """All layers' bytes of one kind of traffic."""
+        return sum(v for (_, t), v in counts.items() if t == traffic)

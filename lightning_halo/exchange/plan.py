@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence, get_args
 
 import torch  # noqa: F401  (the docstring examples use it)
 from torch import Tensor
 
 from lightning_halo.partition.halo_partition import HaloPartition
+
+#: Which edges of a partition a halo belongs to: ``"in"``, the in-edges of the inner nodes (the
+#: partition's own halo and plan), or ``"out"``, their out-edges reversed (built on first use, for
+#: ``edge_index.flip(0)`` and ``flow="target_to_source"``).
+Direction = Literal["in", "out"]
+DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 
 
 @dataclass(frozen=True)

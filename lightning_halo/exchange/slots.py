@@ -1,36 +1,32 @@
-r"""Per-slot state of the training exchanges: fresh (sync), stale (pipelined) or reused (periodic).
+r"""Per-slot state of the training exchanges, in the three modes of :mod:`~lightning_halo.exchange.policy`.
 
 The :math:`k`-th halo exchange of a training step is *slot* :math:`k`; its state lives across
-epochs. Forward, a slot returns this epoch's rows (``sync``), last epoch's rows while this
-epoch's travel (``stale``, PipeGCN / Sylvie's asynchronous mode) or the last refresh's rows
-with no traffic (``reuse``, DIGEST-style). Backward, the halo gradients go back to their
-owners likewise: at once, one epoch late, or not at all.
+epochs. Forward, a slot returns this epoch's rows (``"sync"``), last epoch's rows while this
+epoch's travel (``"pipelined"``, PipeGCN / Sylvie's asynchronous mode) or the last refresh's
+rows with no traffic (``"periodic"``, DIGEST-style). Backward, the halo gradients go back to
+their owners likewise: at once, one epoch late, or not at all.
 
 Example:
-    >>> table = SlotTable(wire)  # doctest: +SKIP
-    >>> halo = table.forward(table.slot(0, "conv1", "in", rows), rows, "stale", ...)  # doctest: +SKIP
+    >>> from lightning_halo.exchange.meter import TrafficMeter
+    >>> from lightning_halo.exchange.wire import SoloTransport, Wire
+    >>> table, rows, gen = SlotTable(Wire(SoloTransport(), TrafficMeter())), torch.ones(2, 3), torch.Generator()
+    >>> slot = table.slot(0, "conv1", "in", rows)
+    >>> halo = table.forward(slot, rows, "pipelined", 32, ((2,), (2,)), 0, gen)  # nothing held yet: sync
+    >>> table.staleness(epoch=3)
+    [3]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
 
+from lightning_halo.exchange.plan import Direction
+from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.wire import HaloExchangeError, Pending, Wire
-
-#: What a training step does with halos: fresh blocking exchange, last epoch's rows while this
-#: epoch's travel (pipelined), or last refresh's rows with no traffic (periodic).
-StepMode = Literal["sync", "stale", "reuse"]
-STEP_MODES: tuple[str, ...] = ("sync", "stale", "reuse")
-
-
-def check_smoothing(smoothing: float) -> None:
-    """PipeGCN's moving-average factor is in ``[0, 1)`` (``1`` would never take new rows)."""
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
 
 
 @dataclass
@@ -38,10 +34,10 @@ class Slot:
     """State of one training exchange, kept across epochs."""
 
     layer: str
-    plan: str
+    direction: Direction
     d: int
     dtype: torch.dtype
-    halo: Optional[Tensor] = None  # rows to use when the step is stale/reuse
+    halo: Optional[Tensor] = None  # rows to use when the step is pipelined/periodic
     grad: Optional[Tensor] = None  # halo gradients received for my sent rows, [num_send, d]
     fwd_pending: Optional[Pending] = None
     bwd_pending: Optional[Pending] = None
@@ -61,17 +57,19 @@ class SlotTable:
         self.smoothing = 0.0
 
     def set_smoothing(self, smoothing: float) -> None:
-        """Weight of the old rows/gradients when a stale exchange lands (``0``: keep only the new)."""
-        check_smoothing(smoothing)
+        """Weight of the old rows/gradients when a stale exchange lands (``0``: keep only the new).
+
+        Checked where the option is given (:class:`~lightning_halo.exchange.policy.HaloPolicy`).
+        """
         self.smoothing = float(smoothing)
 
-    def slot(self, index: int, layer: str, plan: str, rows: Tensor) -> Slot:
+    def slot(self, index: int, layer: str, direction: Direction, rows: Tensor) -> Slot:
         """Slot ``index`` (created at its first use); it must see the same layer every step."""
         d, dtype = int(rows.size(1)), rows.dtype
         if index == len(self.slots):
-            self.slots.append(Slot(layer, plan, d, dtype))
+            self.slots.append(Slot(layer, direction, d, dtype))
         slot = self.slots[index]
-        if (slot.layer, slot.plan, slot.d, slot.dtype) != (layer, plan, d, dtype):
+        if (slot.layer, slot.direction, slot.d, slot.dtype) != (layer, direction, d, dtype):
             raise HaloExchangeError(
                 f"halo exchange #{index} of this training step is layer '{layer}' with {d} {dtype} "
                 f"columns, but in earlier steps it was '{slot.layer}' with {slot.d} {slot.dtype} columns. "
@@ -83,18 +81,18 @@ class SlotTable:
         self,
         slot: Slot,
         send: Tensor,
-        mode: StepMode,
+        mode: Mode,
         bits: int,
         counts: tuple[Sequence[int], Sequence[int]],
         epoch: int,
         generator: torch.Generator,
     ) -> Tensor:
         """The halo rows for this step's forward; ``send`` are my rows for the peers."""
-        if mode != "stale" and slot.fwd_pending is not None:
+        if mode != "pipelined" and slot.fwd_pending is not None:
             self._land_fwd(slot)  # a pipelined epoch's rows, superseded by this epoch's
-        if mode == "reuse" and slot.halo is not None:
+        if mode == "periodic" and slot.halo is not None:
             return slot.halo.clone()
-        if mode == "stale" and (slot.halo is not None or slot.fwd_pending is not None):
+        if mode == "pipelined" and (slot.halo is not None or slot.fwd_pending is not None):
             if slot.fwd_pending is not None:
                 self._land_fwd(slot)
             assert slot.halo is not None
@@ -112,18 +110,18 @@ class SlotTable:
         slot: Optional[Slot],
         layer: str,
         grad_halo: Tensor,
-        mode: StepMode,
+        mode: Mode,
         bits: int,
         counts: tuple[Sequence[int], Sequence[int]],
         epoch: int,
         generator: torch.Generator,
     ) -> Optional[Tensor]:
         """Gradients for my sent rows (``[num_send, d]``), or None when none cross partitions."""
-        if slot is not None and mode != "stale" and slot.bwd_pending is not None:
+        if slot is not None and mode != "pipelined" and slot.bwd_pending is not None:
             self._land_bwd(slot)
-        if mode == "reuse":
+        if mode == "periodic":
             return None  # between periodic refreshes no gradient crosses partitions
-        if mode == "stale" and slot is not None:
+        if mode == "pipelined" and slot is not None:
             if slot.bwd_pending is not None:
                 self._land_bwd(slot)
             recv = slot.grad
@@ -172,7 +170,7 @@ class SlotTable:
         return [
             {
                 "layer": s.layer,
-                "plan": s.plan,
+                "direction": s.direction,
                 "d": s.d,
                 "dtype": str(s.dtype).replace("torch.", ""),
                 "halo": None if s.halo is None else s.halo.detach().cpu(),
@@ -186,7 +184,7 @@ class SlotTable:
         self.slots = [
             Slot(
                 layer=s["layer"],
-                plan=s.get("plan", "in"),
+                direction=s["direction"],
                 d=s["d"],
                 dtype=getattr(torch, s["dtype"]),
                 halo=None if s["halo"] is None else s["halo"].to(device),

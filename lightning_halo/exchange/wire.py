@@ -1,16 +1,14 @@
 r"""The wire: encode rows, hand them to a transport, wait, decode; timed and counted.
 
 This is the only module of :mod:`lightning_halo.exchange` that calls ``torch.distributed``
-(:class:`DistTransport`). :class:`ThreadGroup` is an in-process transport for tests: ``P``
-threads play ``P`` ranks, so the schedule, slot and layer logic are unit-tested without
-processes. Every collective of :class:`DistTransport` runs on the halo process group, which
-:class:`~lightning_halo.HaloQuantStrategy` creates with a timeout: a dead peer raises
-:class:`HaloExchangeError` instead of hanging.
+(:class:`DistTransport`). Every collective of :class:`DistTransport` runs on the halo process
+group, which :class:`~lightning_halo.HaloQuantStrategy` creates with a timeout: a dead peer
+raises :class:`HaloExchangeError` instead of hanging. In-process ranks for tests:
+:class:`lightning_halo.testing.ThreadGroup`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
@@ -19,11 +17,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_halo.exchange.meter import TrafficMeter
+from lightning_halo.exchange.meter import TrafficMeter, Traffic
 
 
 class HaloExchangeError(RuntimeError):
-    """A halo collective failed or timed out; the message names the layer, direction and rank."""
+    """A halo collective failed or timed out; the message names the layer, traffic and rank."""
 
 
 class Work(Protocol):
@@ -76,75 +74,6 @@ class SoloTransport:
         return None
 
 
-class ThreadGroup:
-    """``P`` in-process ranks for tests: each thread gets ``group.transport(rank)``.
-
-    Every rank must issue the same collectives in the same order (as with real processes);
-    a rank that waits more than ``timeout`` seconds for a peer raises ``RuntimeError``.
-
-    Example:
-        >>> g = ThreadGroup(2); g.transport(1).rank
-        1
-    """
-
-    def __init__(self, world_size: int, timeout: float = 30.0) -> None:
-        self.world_size, self.timeout = world_size, timeout
-        self._cv = threading.Condition()
-        self._box: dict[tuple[int, int, int], Any] = {}  # (sequence, sender, receiver) -> payload
-
-    def transport(self, rank: int) -> _ThreadTransport:
-        return _ThreadTransport(self, rank)
-
-    def _put(self, seq: int, src: int, items: dict[int, Any]) -> None:
-        with self._cv:
-            for dst, payload in items.items():
-                self._box[(seq, src, dst)] = payload
-            self._cv.notify_all()
-
-    def _take(self, seq: int, dst: int) -> list[Any]:
-        keys = [(seq, src, dst) for src in range(self.world_size)]
-        with self._cv:
-            if not self._cv.wait_for(lambda: all(k in self._box for k in keys), timeout=self.timeout):
-                raise RuntimeError(f"ThreadGroup: rank {dst} timed out waiting for collective #{seq}")
-            return [self._box.pop(k) for k in keys]
-
-
-class _ThreadWork:
-    def __init__(self, fn: Any) -> None:
-        self._fn = fn
-
-    def wait(self) -> None:
-        self._fn()
-
-
-class _ThreadTransport:
-    def __init__(self, group: ThreadGroup, rank: int) -> None:
-        self.group, self.rank, self.world_size = group, rank, group.world_size
-        self._seq = 0
-
-    def all_to_all(
-        self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
-    ) -> Optional[Work]:
-        seq, self._seq = self._seq, self._seq + 1
-        chunks = torch.split(send.detach().clone(), list(send_splits))
-        self.group._put(seq, self.rank, dict(enumerate(chunks)))
-
-        def land() -> None:
-            parts = self.group._take(seq, self.rank)
-            if recv.numel():
-                recv.copy_(torch.cat(parts))
-
-        if async_op:
-            return _ThreadWork(land)
-        land()
-        return None
-
-    def all_reduce_min_(self, t: Tensor) -> None:
-        seq, self._seq = self._seq, self._seq + 1
-        self.group._put(seq, self.rank, {q: t.clone() for q in range(self.world_size)})
-        t.copy_(torch.stack(self.group._take(seq, self.rank)).min(0).values)
-
-
 @dataclass
 class Pending:
     """A collective in flight and the buffers it reads and writes."""
@@ -157,7 +86,7 @@ class Pending:
     bits: int
     dtype: torch.dtype
     layer: str
-    direction: str
+    traffic: Traffic
     epoch: int = 0  # training epoch whose rows/gradients this carries
 
 
@@ -182,6 +111,10 @@ class Wire:
     def rank(self) -> int:
         return self.transport.rank
 
+    @property
+    def world_size(self) -> int:
+        return self.transport.world_size
+
     def _encode(self, rows: Tensor, bits: int, where: str, generator: Optional[torch.Generator]) -> Tensor:
         if bits == 32:
             if self.check_finite and rows.numel() and not bool(torch.isfinite(rows).all()):
@@ -194,6 +127,16 @@ class Wire:
 
         return quantize(rows, bits, generator, where=where).data.reshape(-1)
 
+    def _receive_buffer(self, rows: Tensor, bits: int, n_in: int) -> tuple[Tensor, int]:
+        """An empty buffer for ``n_in`` incoming rows, and the elements one row takes in it."""
+        d = int(rows.size(1))
+        if bits == 32:
+            return rows.new_empty((n_in, d)), 1
+        from lightning_halo.quant import row_nbytes
+
+        r = row_nbytes(d, bits, rows.dtype)
+        return torch.empty(n_in * r, dtype=torch.uint8, device=rows.device), r
+
     def post(
         self,
         rows: Tensor,
@@ -201,7 +144,7 @@ class Wire:
         out_counts: Sequence[int],
         in_counts: Sequence[int],
         layer: str,
-        direction: str,
+        traffic: Traffic,
         *,
         generator: Optional[torch.Generator] = None,
         async_op: bool = False,
@@ -210,27 +153,21 @@ class Wire:
         """Start sending ``rows`` (``[sum(out_counts), d]``) and receiving ``sum(in_counts)`` rows."""
         d, dtype = int(rows.size(1)), rows.dtype
         t0 = time.perf_counter()
-        send = self._encode(rows, bits, f"halo {direction} rows of layer '{layer}' on rank {self.rank}", generator)
+        send = self._encode(rows, bits, f"halo {traffic} rows of layer '{layer}' on rank {self.rank}", generator)
         t1 = time.perf_counter()
         self.meter.add_codec(t1 - t0)
         n_in = sum(in_counts)
-        if bits == 32:
-            recv = rows.new_empty((n_in, d))
-            out_split, in_split = list(out_counts), list(in_counts)
-        else:
-            from lightning_halo.quant import row_nbytes
-
-            r = row_nbytes(d, bits, dtype)
-            recv = torch.empty(n_in * r, dtype=torch.uint8, device=rows.device)
-            out_split, in_split = [c * r for c in out_counts], [c * r for c in in_counts]
-        self.meter.add(layer, direction, send.numel() * send.element_size(), rows.size(0) * d * 4)
+        recv, per_row = self._receive_buffer(rows, bits, n_in)
+        self.meter.add(layer, traffic, send.numel() * send.element_size(), rows.size(0) * d * 4)
         try:
-            work = self.transport.all_to_all(recv, send, in_split, out_split, async_op)
+            work = self.transport.all_to_all(
+                recv, send, [c * per_row for c in in_counts], [c * per_row for c in out_counts], async_op
+            )
         except RuntimeError as err:
-            raise self.error(err, layer, direction) from err
+            raise self.error(err, layer, traffic) from err
         if not async_op:  # the call itself blocked until the peers' rows arrived
             self.meter.add_wait(time.perf_counter() - t1)
-        return Pending(work, recv, send, n_in, d, bits, dtype, layer, direction, epoch)
+        return Pending(work, recv, send, n_in, d, bits, dtype, layer, traffic, epoch)
 
     def finish(self, pending: Pending) -> Tensor:
         """Wait for ``pending`` (if asynchronous) and return the received rows, decoded."""
@@ -239,7 +176,7 @@ class Wire:
             try:
                 pending.work.wait()
             except RuntimeError as err:
-                raise self.error(err, pending.layer, pending.direction) from err
+                raise self.error(err, pending.layer, pending.traffic) from err
             self.meter.add_wait(time.perf_counter() - t0)
             pending.work = None
         if pending.bits == 32:
@@ -259,11 +196,11 @@ class Wire:
         out_counts: Sequence[int],
         in_counts: Sequence[int],
         layer: str,
-        direction: str,
+        traffic: Traffic,
         generator: Optional[torch.Generator] = None,
     ) -> Tensor:
         """Blocking :meth:`post` + :meth:`finish`."""
-        pending = self.post(rows, bits, out_counts, in_counts, layer, direction, generator=generator)
+        pending = self.post(rows, bits, out_counts, in_counts, layer, traffic, generator=generator)
         return self.finish(pending)
 
     def all_agree(self, flags: Tensor, layer: str) -> Tensor:
@@ -273,11 +210,11 @@ class Wire:
         try:
             self.transport.all_reduce_min_(flags)
         except RuntimeError as err:
-            raise self.error(err, layer, "agree") from err
+            raise self.error(err, layer, "agreement") from err
         return flags
 
-    def error(self, err: Exception, layer: str, direction: str) -> HaloExchangeError:
+    def error(self, err: Exception, layer: str, what: str) -> HaloExchangeError:
         return HaloExchangeError(
-            f"halo exchange failed on rank {self.rank} ({direction} of layer '{layer}'): {err}. A peer process may have "
+            f"halo exchange failed on rank {self.rank} ({what} of layer '{layer}'): {err}. A peer process may have "
             "died, run out of memory or called different layers; the timeout is HaloQuantStrategy(halo_timeout=...)."
         )

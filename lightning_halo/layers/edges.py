@@ -16,17 +16,16 @@ its peers computed would leave them waiting).
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from lightning_halo.exchange import ExchangePlan, HaloExchanger
+from lightning_halo._compat.torch import tensor_version
+from lightning_halo.exchange import Collectives, Direction, ExchangePlan, HaloExchanger
+from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.halo_partition import PLAN_KEYS, HaloPartition
-
-Direction = Literal["in", "out"]
 
 
 class UnsupportedEdgesError(ValueError):
@@ -38,26 +37,20 @@ class EdgeSet:
     r"""One direction of a partition's edges, canonical (targets are inner nodes).
 
     Args:
-        key: ``"in"`` or ``"out"`` (also the name of its exchange plan).
+        direction: ``"in"`` or ``"out"`` (also the direction of its exchange plan).
         edge_index: ``[2, E]`` local ids: sources in :math:`[0, n_{src})`, targets in :math:`[0, n_{in})`.
         n_inner: inner nodes.
         n_src: inner + halo nodes of this direction.
         attrs: the partition's edge-level tensors, aligned with ``edge_index``.
+        memo: what the layer calls computed from these edges (normalised weights, fused adjacencies).
     """
 
-    key: Direction
+    direction: Direction
     edge_index: Tensor
     n_inner: int
     n_src: int
     attrs: dict[str, Tensor] = field(default_factory=dict)
-    memo: dict[Any, Any] = field(default_factory=dict)
-
-    def remember(self, key: Any, value: Any, limit: int = 32) -> Any:
-        """Memoise ``value`` under ``key``, bounded (a new edge weight every step must not grow memory)."""
-        if len(self.memo) >= limit:
-            self.memo.pop(next(iter(self.memo)))
-        self.memo[key] = value
-        return value
+    memo: TensorMemo = field(default_factory=TensorMemo)
 
 
 @dataclass(frozen=True)
@@ -91,11 +84,12 @@ class PartitionEdges:
 
     Args:
         part (HaloPartition): the partition.
-        exchanger (HaloExchanger): its exchange (for the agreement collective and the out-edges).
+        exchanger (HaloExchanger): its exchange (its plans; the out-edges' plan is added to it).
+        collectives (Collectives): for the agreement and the out-edges' edge lists.
     """
 
-    def __init__(self, part: HaloPartition, exchanger: HaloExchanger) -> None:
-        self.part, self.exchanger = part, exchanger
+    def __init__(self, part: HaloPartition, exchanger: HaloExchanger, collectives: Collectives) -> None:
+        self.part, self.exchanger, self.collectives = part, exchanger, collectives
         n_inner = int(part.n_inner)
         attrs = {
             k: v
@@ -103,36 +97,36 @@ class PartitionEdges:
             if isinstance(v, Tensor) and k != "edge_index" and k not in PLAN_KEYS and part.is_edge_attr(k)
             and v.size(0) == part.edge_index.size(1)
         }
-        self.sets: dict[str, EdgeSet] = {
+        self.sets: dict[Direction, EdgeSet] = {
             "in": EdgeSet("in", part.edge_index, n_inner, n_inner + int(part.n_halo), attrs)
         }
-        self._version = part.edge_index._version
+        self._version = tensor_version(part.edge_index)
         self._flipped: Optional[Tensor] = None
         self._pattern: Optional[tuple[Tensor, Tensor]] = None
-        self._seen: dict[int, tuple[Any, int, Resolution]] = {}
+        self._seen = TensorMemo(limit=64)
 
     # ------------------------------------------------------------------ resolution
     def resolve(self, arg: Any, layer: str) -> Resolution:
         """The edge set ``arg`` denotes, or :class:`UnsupportedEdgesError` (raised on every rank alike)."""
         own = self.part.edge_index
         if arg is own:
-            if own._version != self._version:
+            if tensor_version(own) != self._version:
                 raise UnsupportedEdgesError(
                     f"layer '{layer}': batch.edge_index was changed in place after partitioning, so the partition's "
                     "edges (and its exchange plan) no longer describe it. Change the graph before partitioning."
                 )
             return Resolution(self.sets["in"])
         if isinstance(arg, Tensor):
-            hit = self._seen.get(id(arg))
-            if hit is not None and hit[0]() is arg and hit[1] == arg._version:
-                return hit[2]
+            hit = self._seen.get("resolved", (arg,))
+            if hit is not None:
+                return hit
         is_in, is_out, values = self._match(arg)
-        if self.exchanger.world_size > 1:
-            is_in, is_out = self.exchanger.all_agree([is_in, is_out], layer)
+        if self.collectives.world_size > 1:
+            is_in, is_out = self.collectives.all_agree([is_in, is_out], layer, own.device)
         if is_in or is_out:
             edges = self.sets["in"] if is_in else self.out_edges(layer)
             res = Resolution(edges, values)
-        elif self.exchanger.world_size == 1:
+        elif self.collectives.world_size == 1:
             res = Resolution(None, known=False)
         else:
             raise UnsupportedEdgesError(
@@ -144,9 +138,7 @@ class PartitionEdges:
                 "the layer's own options (e.g. add_self_loops=True)."
             )
         if isinstance(arg, Tensor):
-            self._seen[id(arg)] = (weakref.ref(arg), arg._version, res)
-            if len(self._seen) > 64:
-                self._seen.pop(next(iter(self._seen)))
+            self._seen.put("resolved", (arg,), res)
         return res
 
     def _match(self, arg: Any) -> tuple[bool, bool, Optional[Tensor]]:
@@ -193,14 +185,15 @@ class PartitionEdges:
     def out_edges(self, layer: str) -> EdgeSet:
         """The reversed out-edges of the inner nodes (built once, collectively) and their plan ``"out"``."""
         if "out" not in self.sets:
-            edges, plan = build_out_edges(self.part, self.sets["in"].attrs, self.exchanger, layer)
+            plan_in = self.exchanger.plan("in")
+            edges, plan = build_out_edges(self.part, self.sets["in"].attrs, plan_in, self.collectives, layer)
             self.exchanger.add_plan("out", plan)
             self.sets["out"] = edges
         return self.sets["out"]
 
 
 def build_out_edges(
-    part: HaloPartition, attrs: dict[str, Tensor], exchanger: HaloExchanger, layer: str
+    part: HaloPartition, attrs: dict[str, Tensor], plan_in: ExchangePlan, collectives: Collectives, layer: str
 ) -> tuple[EdgeSet, ExchangePlan]:
     r"""Every out-edge :math:`u \to v` of an inner node :math:`u`, reversed to :math:`v \to u`.
 
@@ -209,7 +202,6 @@ def build_out_edges(
     and edge attributes). The new halo are the :math:`v` owned elsewhere, grouped by owner and
     sorted by global id; the plan follows, with no extra handshake (both sides sort alike).
     """
-    plan_in = exchanger.plan("in")
     world, rank, n_inner = plan_in.world_size, plan_in.rank, plan_in.n_inner
     src, dst = part.edge_index[0], part.edge_index[1]
     gid = part.global_id
@@ -225,8 +217,8 @@ def build_out_edges(
     r_edges = torch.nonzero(remote).view(-1)[order]
     send_counts = torch.bincount(r_owner, minlength=world).tolist()
     pairs = torch.stack([gid[src[r_edges]], gid[dst[r_edges]]], dim=1)  # (their target, my source) in global ids
-    got = exchanger.all_to_all_rows(list(torch.split(pairs, send_counts)), layer)
-    got_attrs = {k: exchanger.all_to_all_rows(list(torch.split(v[r_edges], send_counts)), layer) for k, v in sorted(attrs.items())}
+    got = collectives.all_to_all_rows(list(torch.split(pairs, send_counts)), layer)
+    got_attrs = {k: collectives.all_to_all_rows(list(torch.split(v[r_edges], send_counts)), layer) for k, v in sorted(attrs.items())}
     inner_gid = gid[:n_inner]  # sorted by construction
     e_src, e_dst = [loc_src], [loc_dst]
     offset = n_inner

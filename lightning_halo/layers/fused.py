@@ -16,24 +16,18 @@ with or without the interception.
 
 from __future__ import annotations
 
-import logging
 import warnings
-from typing import Any, Optional
+from typing import Any, Optional, get_args
 
 import torch
 from torch import Tensor
 
-log = logging.getLogger(__name__)
+from lightning_halo._compat.torch import make_subclass, plain_dispatch, sparse_mm_functions
+from lightning_halo.memo import WarnOnce
+from lightning_halo.partition.adjacency import Reduce
 
-Reduce = str  # "sum" | "mean" | "max" | "min"
-
-_WARNED: set[tuple[str, str]] = set()
-
-
-def _warn_once(key: tuple[str, str], message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, stacklevel=3)
+_REDUCES: tuple[Reduce, ...] = get_args(Reduce)
+_warn_once = WarnOnce()  # once per process: the kernel a device lacks does not change
 
 
 def csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
@@ -80,9 +74,7 @@ class CachedSpMM(torch.autograd.Function):
         return _sum_kernel(ctx.a_t, grad.contiguous()), None, None
 
 
-_SPMM_FUNCS: set[Any] = {torch.sparse.mm, torch.mm, torch.matmul, Tensor.matmul, Tensor.__matmul__, Tensor.mm}
-if hasattr(torch, "_sparse_mm"):
-    _SPMM_FUNCS.add(torch._sparse_mm)
+_SPMM_FUNCS = sparse_mm_functions()
 
 
 class FusedAdjacency(Tensor):
@@ -102,15 +94,13 @@ class FusedAdjacency(Tensor):
         [[0.0, 1.0], [1.0, 0.0]]
     """
 
-    _kernels: dict[tuple[str, torch.dtype, torch.device], tuple[Tensor, Tensor]]
-
     @staticmethod
     def build(
         edge_index: Tensor,
         weights: Optional[Tensor],
         n_dst: int,
         n_src: int,
-        reduce: str = "sum",
+        reduce: Reduce = "sum",
         dtype: torch.dtype = torch.float32,
     ) -> FusedAdjacency:
         r"""The adjacency whose ``spmm(adj, x, reduce)`` equals PyG's message passing over ``edge_index``.
@@ -129,7 +119,7 @@ class FusedAdjacency(Tensor):
             reduce (str, optional): the layer's aggregation. (default: ``"sum"``)
             dtype (torch.dtype, optional): dtype of the values. (default: ``torch.float32``)
         """
-        if reduce not in ("sum", "mean", "max", "min"):
+        if reduce not in _REDUCES:
             raise ValueError(f"reduce must be 'sum', 'mean', 'max' or 'min', got {reduce!r}")
         if weights is not None and reduce in ("max", "min"):
             raise ValueError(f"{reduce} aggregation takes no edge weights")
@@ -156,28 +146,28 @@ class FusedAdjacency(Tensor):
         """View a ``torch.sparse_csr`` tensor as a :class:`FusedAdjacency` (no copy)."""
         if a.layout != torch.sparse_csr:
             raise ValueError(f"FusedAdjacency needs a torch.sparse_csr tensor, got layout {a.layout}")
-        out = Tensor._make_subclass(FusedAdjacency, a)
-        out._kernels = {}
-        return out
+        return make_subclass(FusedAdjacency, a)  # type: ignore[return-value]
 
     def plain(self) -> Tensor:
         """The underlying CSR tensor (the subclass' torch function handling stripped)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            return Tensor._make_subclass(Tensor, self)
+        with plain_dispatch():
+            return make_subclass(Tensor, self)
 
     def _pair(self, reduce: str, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The product's CSR and its transpose for ``(reduce, dtype, device)``, built on first use."""
+        kernels = self.__dict__.setdefault("_kernels", {})
         key = (reduce, dtype, device)
-        hit = self._kernels.get(key)
+        hit = kernels.get(key)
         if hit is None:
-            with torch._C.DisableTorchFunctionSubclass():
-                base = Tensor._make_subclass(Tensor, self).to(device)
+            with plain_dispatch():
+                base = make_subclass(Tensor, self).to(device)
                 crow, col, val = base.crow_indices(), base.col_indices(), base.values()
                 if reduce == "mean":  # torch's mean divides by the stored entries of the row
                     nnz = (crow[1:] - crow[:-1]).clamp(min=1)
                     val = val / torch.repeat_interleave(nnz.to(val.dtype), crow[1:] - crow[:-1])
                 a = csr(crow, col, val.to(dtype), tuple(base.shape))  # type: ignore[arg-type]
                 hit = (a, transpose_csr(a))
-            self._kernels[key] = hit
+            kernels[key] = hit
         return hit
 
     def matmul_reduce(self, x: Tensor, reduce: Optional[str] = "sum") -> Tensor:
@@ -186,7 +176,7 @@ class FusedAdjacency(Tensor):
         if reduce in ("sum", "mean"):
             a, a_t = self._pair(reduce, x.dtype, x.device)
             return CachedSpMM.apply(x, a, a_t)
-        with torch._C.DisableTorchFunctionSubclass():  # max/min: torch's kernels and backward
+        with plain_dispatch():  # max/min: torch's kernels and backward
             return torch.sparse.mm(self.plain().to(x.dtype), x, reduce)
 
     @classmethod
@@ -197,5 +187,5 @@ class FusedAdjacency(Tensor):
         ):
             reduce = args[2] if len(args) > 2 else kwargs.get("reduce", "sum")
             return args[0].matmul_reduce(args[1], reduce)
-        with torch._C.DisableTorchFunctionSubclass():
+        with plain_dispatch():
             return func(*args, **kwargs)

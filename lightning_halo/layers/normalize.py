@@ -107,6 +107,22 @@ def source_degrees(
     return torch.cat([inner, to_halo(inner)])
 
 
+def _laplacian_entries(
+    ei: Tensor, ew: Tensor, deg: Tensor, n_inner: int, normalization: Optional[Literal["sym", "rw"]]
+) -> tuple[Tensor, Tensor]:
+    """The Laplacian's off-diagonal entries (one per edge, no self-loops) and its inner nodes' diagonal."""
+    src, dst = ei[0], ei[1]
+    ones = torch.ones(n_inner, dtype=ew.dtype, device=ei.device)
+    if normalization == "sym":
+        dis = _inv_sqrt(deg)
+        return -dis[src] * ew * dis[dst], ones
+    if normalization == "rw":
+        inv = 1.0 / deg
+        inv.masked_fill_(torch.isinf(inv), 0.0)
+        return -inv[src] * ew, ones
+    return -ew, deg[:n_inner]
+
+
 def laplacian_weights(
     edge_index: Tensor,
     edge_weight: Optional[Tensor],
@@ -147,16 +163,7 @@ def laplacian_weights(
     ei = edge_index[:, keep]
     ew = torch.ones(ei.size(1), dtype=dtype, device=ei.device) if edge_weight is None else edge_weight[keep].to(dtype)
     deg = source_degrees(ei, ew, n_inner, n_src, to_halo=to_halo, to_owners=to_owners)
-    src, dst = ei[0], ei[1]
-    if normalization == "sym":
-        dis = _inv_sqrt(deg)
-        off, diag = -dis[src] * ew * dis[dst], torch.ones(n_inner, dtype=dtype, device=ei.device)
-    elif normalization == "rw":
-        inv = 1.0 / deg
-        inv.masked_fill_(torch.isinf(inv), 0.0)
-        off, diag = -inv[src] * ew, torch.ones(n_inner, dtype=dtype, device=ei.device)
-    else:
-        off, diag = -ew, deg[:n_inner]
+    off, diag = _laplacian_entries(ei, ew, deg, n_inner, normalization)
     loop = torch.arange(n_inner, device=ei.device)
     out_ei = torch.cat([ei, torch.stack([loop, loop])], dim=1)
     w = torch.cat([off, diag])

@@ -27,32 +27,42 @@ PyG implementation reads the degrees or edges of the message *sources* under
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Union
+from typing import Callable, Literal, Optional, Union, get_args
 
 from torch.nn import Module
 from torch_geometric.nn import MessagePassing
 
+from lightning_halo._compat.pyg import clear_layer_caches, propagate_has_fused_branch
+from lightning_halo.partition.adjacency import Reduce
+
+#: How a class is registered (see the module docstring).
 LayerKind = Literal["bipartite", "full", "gcn", "steps"]
-KINDS: tuple[str, ...] = ("bipartite", "full", "gcn", "steps")
-Reduce = Literal["sum", "mean", "max", "min"]
+KINDS: tuple[LayerKind, ...] = get_args(LayerKind)
+#: How one call's node features are given to the layer: the kind, with ``"gcn"`` fed ``"full"``.
+Feed = Literal["bipartite", "full", "steps"]
+REDUCES: tuple[Reduce, ...] = get_args(Reduce)
 
 
 class UnsupportedLayerError(TypeError):
     """A message-passing layer cannot be run on partitions (or is unknown); the message says why."""
 
 
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown layer kind {kind!r}; choose one of {', '.join(map(repr, KINDS))}")
+
+
 @dataclass(frozen=True)
-class Norm:
+class Normalization:
     """A layer's normalisation, to be computed on the partition exactly as on the whole graph.
 
-    ``kind``: ``"gcn"`` (:func:`~lightning_halo.layers.normalize.gcn_weights`), ``"cheb"``
+    ``rule``: ``"gcn"`` (:func:`~lightning_halo.layers.normalize.gcn_weights`), ``"cheb"``
     (:func:`~lightning_halo.layers.normalize.laplacian_weights`) or ``"cluster"``
     (:func:`~lightning_halo.layers.normalize.cluster_gcn_weights`).
     """
 
-    kind: Literal["gcn", "cheb", "cluster"]
+    rule: Literal["gcn", "cheb", "cluster"]
     improved: bool = False
     add_self_loops: bool = False
     normalization: Optional[str] = None  # cheb: None, "sym", "rw"
@@ -65,71 +75,61 @@ class LayerSpec:
     """How one layer class runs on a partition (see the module docstring).
 
     Attributes:
-        kind: how it is fed.
+        kind: how it is registered.
         propagations: ``propagate`` calls per forward (a number, or a function of the layer;
             ``None``: any number, all reading the layer's exchanged input).
-        norm: the normalisation of an instance for a call (``(layer, call arguments) -> Norm``).
+        norm: the normalisation of an instance for a call (``(layer, call arguments) -> Normalization``).
         switch: name of the layer's flag that turns its own normalisation off while ours is used.
         renormalizes: it normalises in ``forward`` without such a flag: it is given a placeholder
             and the real edges (with our weights) are put into every ``propagate`` call.
         weight_arg: ``forward`` argument holding per-edge weights (consumed by the normalisation
             or folded into the fused kernel).
         weight_kwarg: ``propagate`` keyword carrying the per-edge weights.
-        fused: the aggregation of an instance when it can use the fused kernel, else ``None``.
-        feed: per-instance override of the kind's feeding (``"full"`` where PyG rejects
+        sparse_reduce: the aggregation of an instance on the fused path (``None``: it has none).
+        feed_for: per-instance override of the kind's feed (``"full"`` where PyG rejects
             bipartite input for an option).
         caches: names of PyG cache attributes, cleared when hooks are installed or removed.
     """
 
     kind: LayerKind
     propagations: Union[int, None, Callable[[Module], Optional[int]]] = 1
-    norm: Optional[Callable[[Module, dict], Optional[Norm]]] = None
+    norm: Optional[Callable[[Module, dict], Optional[Normalization]]] = None
     switch: Optional[str] = None
     renormalizes: bool = False
     weight_arg: Optional[str] = None
     weight_kwarg: str = "edge_weight"
-    fused: Optional[Callable[[Module], Optional[str]]] = None
-    feed: Optional[Callable[[Module], str]] = None
+    sparse_reduce: Optional[Callable[[Module], Optional[Reduce]]] = None
+    feed_for: Optional[Callable[[Module], Feed]] = None
     caches: tuple[str, ...] = ()
 
     def max_propagations(self, module: Module) -> Optional[int]:
         p = self.propagations
         return p(module) if callable(p) else p
 
-    def feeding(self, module: Module) -> str:
+    def feed(self, module: Module) -> Feed:
         """``"bipartite"``, ``"full"`` or ``"steps"`` for this instance."""
-        if self.feed is not None:
-            return self.feed(module)
-        return {"gcn": "full"}.get(self.kind, self.kind)
+        if self.feed_for is not None:
+            return self.feed_for(module)
+        return "full" if self.kind == "gcn" else self.kind
 
-    def reduce(self, module: Module) -> Optional[str]:
+    def fused_reduce(self, module: Module) -> Optional[Reduce]:
         """The fused kernel's aggregation for this instance, or None (the ``edge_index`` path)."""
-        if self.fused is None or not getattr(module, "fuse", False):
+        if self.sparse_reduce is None or not getattr(module, "fuse", False):
             return None
         if getattr(module, "decomposed_layers", 1) != 1 or getattr(module, "explain", False):
             return None
         if not class_propagate_fuses(type(module)):
             return None
-        return self.fused(module)
-
-
-_PROPAGATE_FUSES: dict[type, bool] = {}
+        return self.sparse_reduce(module)
 
 
 def class_propagate_fuses(cls: type) -> bool:
-    """Whether the class's ``propagate`` has its fused branch.
+    """Whether instances of ``cls`` can take the fused path at all in this process.
 
-    PyG generates one ``propagate`` per class from a template when the first instance is built,
-    with that instance's ``fuse``: after e.g. ``SAGEConv(aggr=SoftmaxAggregation())`` every
-    later ``SAGEConv(aggr="mean")`` of the process has a propagate that raises on a sparse input.
+    PyG generates one ``propagate`` per class for its first instance; if that one could not
+    fuse, no later instance can (:func:`~lightning_halo._compat.pyg.propagate_has_fused_branch`).
     """
-    if cls not in _PROPAGATE_FUSES:
-        try:
-            source = inspect.getsource(cls.propagate)
-        except (OSError, TypeError):
-            source = ""  # not generated (or no source): PyG's generic propagate checks `fuse` per call
-        _PROPAGATE_FUSES[cls] = "'message_and_aggregate' not implemented" not in source
-    return _PROPAGATE_FUSES[cls]
+    return propagate_has_fused_branch(cls)
 
 
 @dataclass
@@ -144,21 +144,21 @@ class _Registry:
 _REG = _Registry()
 
 
-def _str_aggr(module: Module) -> Optional[str]:
+def _str_aggr(module: Module) -> Optional[Reduce]:
     aggr = getattr(module, "aggr", None)
     aggr = "sum" if aggr == "add" else aggr
-    return aggr if aggr in ("sum", "mean", "max", "min") else None
+    return aggr if aggr in REDUCES else None
 
 
-def _sum_aggr(module: Module) -> Optional[str]:
+def _sum_aggr(module: Module) -> Optional[Reduce]:
     return "sum" if _str_aggr(module) == "sum" else None
 
 
 def _gcn_norm(improved: Callable[[Module], bool], loops: Callable[[Module], bool], flag: Optional[str]):
-    def norm(module: Module, args: dict) -> Optional[Norm]:
+    def norm(module: Module, args: dict) -> Optional[Normalization]:
         if flag is not None and not getattr(module, flag):
             return None
-        return Norm("gcn", improved=bool(improved(module)), add_self_loops=bool(loops(module)))
+        return Normalization("gcn", improved=bool(improved(module)), add_self_loops=bool(loops(module)))
 
     return norm
 
@@ -171,7 +171,7 @@ def _attr(name: str) -> Callable[[Module], bool]:
     return lambda m: bool(getattr(m, name, False))
 
 
-def _cheb_norm(module: Module, args: dict) -> Norm:
+def _cheb_norm(module: Module, args: dict) -> Normalization:
     lam = args.get("lambda_max")
     if args.get("batch") is not None:
         raise UnsupportedLayerError(
@@ -182,135 +182,144 @@ def _cheb_norm(module: Module, args: dict) -> Norm:
         if lam.numel() != 1:
             raise UnsupportedLayerError("ChebConv's lambda_max must be one number on a partition (one graph)")
         lam = float(lam.reshape(-1)[0])
-    return Norm("cheb", normalization=module.normalization, lambda_max=None if lam is None else float(lam))
+    return Normalization("cheb", normalization=module.normalization, lambda_max=None if lam is None else float(lam))
 
 
-def _cluster_norm(module: Module, args: dict) -> Optional[Norm]:
+def _cluster_norm(module: Module, args: dict) -> Optional[Normalization]:
     if not module.add_self_loops:
         return None  # its own weights read only target degrees: exact locally, nothing to replace
-    return Norm("cluster", diag_lambda=float(module.diag_lambda))
+    return Normalization("cluster", diag_lambda=float(module.diag_lambda))
 
 
 def _relations(module: Module) -> int:
     return max(1, int(getattr(module, "num_relations", 1)))
 
 
+_BIPARTITE = LayerSpec("bipartite")
+#: The built-in layers of torch_geometric.nn.conv by class name, and how each runs.
+_BUILTIN_SPECS: dict[str, LayerSpec] = {
+    "SAGEConv": LayerSpec("bipartite", sparse_reduce=_str_aggr),
+    "GraphConv": LayerSpec("bipartite", sparse_reduce=_str_aggr, weight_arg="edge_weight"),
+    "GINConv": LayerSpec("bipartite", sparse_reduce=_sum_aggr),
+    "SimpleConv": LayerSpec(
+        "bipartite",
+        sparse_reduce=lambda m: None if m.combine_root == "self_loop" else _str_aggr(m),
+        weight_arg="edge_weight",
+        feed_for=lambda m: "full" if m.combine_root == "self_loop" else "bipartite",
+    ),
+    "FiLMConv": LayerSpec("bipartite", propagations=_relations),
+    "RGCNConv": LayerSpec("bipartite", propagations=_relations),
+    "FastRGCNConv": LayerSpec("bipartite"),
+    "RGATConv": LayerSpec("full"),
+    "ClusterGCNConv": LayerSpec(
+        "full", norm=_cluster_norm, renormalizes=True, sparse_reduce=lambda m: _sum_aggr(m) if m.add_self_loops else None
+    ),
+    "PNAConv": LayerSpec("full"),
+    "AGNNConv": LayerSpec("full"),
+    "FeaStConv": LayerSpec("full"),
+    "GCNConv": LayerSpec(
+        "gcn", norm=_gcn_norm(_attr("improved"), _attr("add_self_loops"), "normalize"), switch="normalize",
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+    ),
+    "LGConv": LayerSpec(
+        "gcn", norm=_gcn_norm(_never, _never, "normalize"), switch="normalize", weight_arg="edge_weight",
+        sparse_reduce=_sum_aggr,
+    ),
+    "APPNP": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+    ),
+    "SGConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_x",),
+    ),
+    "SSGConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_h",),
+    ),
+    "TAGConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _never, "normalize"), switch="normalize",
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr,
+    ),
+    # its propagations carry [stacks, N, F] tensors, which torch.sparse.mm cannot multiply
+    "ARMAConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _never, None), renormalizes=True, weight_arg="edge_weight"
+    ),
+    "GatedGraphConv": LayerSpec("steps", propagations=None, weight_arg="edge_weight", sparse_reduce=_sum_aggr),
+    "MixHopConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr,
+    ),
+    "GCN2Conv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+    ),
+    "FAConv": LayerSpec(
+        "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
+        switch="normalize", weight_arg="edge_weight", caches=("_cached_edge_index", "_cached_adj_t"),
+    ),
+    "ChebConv": LayerSpec(
+        "steps", propagations=None, norm=_cheb_norm, renormalizes=True, weight_arg="edge_weight", weight_kwarg="norm",
+    ),
+}
+#: Layers that take bipartite input with nothing else to do on a partition.
+_BIPARTITE_LAYERS = ("GATConv", "GATv2Conv", "TransformerConv", "GINEConv", "ResGatedGraphConv", "LEConv", "GENConv",
+                     "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv")  # fmt: skip
+#: Built-in layers that cannot run exactly on a partition, and why.
+_BUILTIN_REFUSED: dict[str, str] = {
+    "EGConv": "its symmetric-normalised aggregators read source degrees",
+    "DNAConv": "it takes a stack of all previous layers' features",
+    "PointNetConv": "it takes node positions as a second node-level input",
+    "PPFConv": "it takes node positions and normals as extra node-level inputs",
+    "PointTransformerConv": "it takes node positions as a second node-level input",
+    "PointGNNConv": "it takes node positions as a second node-level input",
+    "DynamicEdgeConv": "it builds a k-NN graph over all nodes' features",
+    "GravNetConv": "it builds a k-NN graph over all nodes' features",
+    "SuperGATConv": "its self-supervised attention loss samples negative edges over the whole graph",
+    "HypergraphConv": "it takes hyperedges, not an edge_index of node pairs",
+    "PDNConv": "it normalises with source degrees computed from learned edge weights",
+    "SignedConv": "it takes separate positive and negative edge sets",
+    "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
+    "PANConv": "it builds path matrices over the whole graph with torch-sparse",
+    "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
+    "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings)",
+    "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
+    "MeshCNNConv": "it convolves mesh edges, not nodes",
+    "SplineConv": "its exactness on partitions is not verified (it needs torch-spline-conv, not installable "
+    "here); declare it with register_layer(SplineConv, 'bipartite') if you rely on it",
+    "FusedGATConv": "it needs the dgNN CUDA kernels and their CSR/CSC inputs of the whole graph",
+}
+#: Conv modules of PyG that are not message passing themselves but run through a supported inner layer.
+_BUILTIN_WRAPPERS: dict[str, str] = {
+    "DirGNNConv": "through its inner layer, run on the in-edges and on the reversed out-edges",
+    "AntiSymmetricConv": "through its inner layer `phi` (each iteration exchanges its input)",
+}  # fmt: skip
+#: Non-message-passing modules of PyG that cannot run on a partition, and why.
+_BUILTIN_REFUSED_WRAPPERS: dict[str, str] = {
+    "GPSConv": "its global attention reads every node of the graph",
+    "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported",
+    "WLConv": "it hashes colours over the whole graph",
+    "XConv": "it builds a k-NN graph over all nodes' positions",
+    "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+    "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+    "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+}  # fmt: skip
+
+
 def _register_builtin() -> None:
     from torch_geometric.nn import conv as c
 
-    bip = LayerSpec("bipartite")
-    specs: dict[str, LayerSpec] = {
-        "SAGEConv": LayerSpec("bipartite", fused=_str_aggr),
-        "GraphConv": LayerSpec("bipartite", fused=_str_aggr, weight_arg="edge_weight"),
-        "GINConv": LayerSpec("bipartite", fused=_sum_aggr),
-        "SimpleConv": LayerSpec(
-            "bipartite",
-            fused=lambda m: None if m.combine_root == "self_loop" else _str_aggr(m),
-            weight_arg="edge_weight",
-            feed=lambda m: "full" if m.combine_root == "self_loop" else "bipartite",
-        ),
-        "FiLMConv": LayerSpec("bipartite", propagations=_relations),
-        "RGCNConv": LayerSpec("bipartite", propagations=_relations),
-        "FastRGCNConv": LayerSpec("bipartite"),
-        "RGATConv": LayerSpec("full"),
-        "ClusterGCNConv": LayerSpec(
-            "full", norm=_cluster_norm, renormalizes=True, fused=lambda m: _sum_aggr(m) if m.add_self_loops else None
-        ),
-        "PNAConv": LayerSpec("full"),
-        "AGNNConv": LayerSpec("full"),
-        "FeaStConv": LayerSpec("full"),
-        "GCNConv": LayerSpec(
-            "gcn", norm=_gcn_norm(_attr("improved"), _attr("add_self_loops"), "normalize"), switch="normalize",
-            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
-        ),
-        "LGConv": LayerSpec(
-            "gcn", norm=_gcn_norm(_never, _never, "normalize"), switch="normalize", weight_arg="edge_weight",
-            fused=_sum_aggr,
-        ),
-        "APPNP": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
-            switch="normalize", weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
-        ),
-        "SGConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_x",),
-        ),
-        "SSGConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-            weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_h",),
-        ),
-        "TAGConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _never, "normalize"), switch="normalize",
-            weight_arg="edge_weight", fused=_sum_aggr,
-        ),
-        # its propagations carry [stacks, N, F] tensors, which torch.sparse.mm cannot multiply
-        "ARMAConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _never, None), renormalizes=True, weight_arg="edge_weight"
-        ),
-        "GatedGraphConv": LayerSpec("steps", propagations=None, weight_arg="edge_weight", fused=_sum_aggr),
-        "MixHopConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-            weight_arg="edge_weight", fused=_sum_aggr,
-        ),
-        "GCN2Conv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
-            switch="normalize", weight_arg="edge_weight", fused=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
-        ),
-        "FAConv": LayerSpec(
-            "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
-            switch="normalize", weight_arg="edge_weight", caches=("_cached_edge_index", "_cached_adj_t"),
-        ),
-        "ChebConv": LayerSpec(
-            "steps", propagations=None, norm=_cheb_norm, renormalizes=True, weight_arg="edge_weight", weight_kwarg="norm",
-        ),
-    }
-    for name in ("GATConv", "GATv2Conv", "TransformerConv", "GINEConv", "ResGatedGraphConv", "LEConv", "GENConv",
-                 "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv"):  # fmt: skip
-        specs[name] = bip
-    refused = {
-        "EGConv": "its symmetric-normalised aggregators read source degrees",
-        "DNAConv": "it takes a stack of all previous layers' features",
-        "PointNetConv": "it takes node positions as a second node-level input",
-        "PPFConv": "it takes node positions and normals as extra node-level inputs",
-        "PointTransformerConv": "it takes node positions as a second node-level input",
-        "PointGNNConv": "it takes node positions as a second node-level input",
-        "DynamicEdgeConv": "it builds a k-NN graph over all nodes' features",
-        "GravNetConv": "it builds a k-NN graph over all nodes' features",
-        "SuperGATConv": "its self-supervised attention loss samples negative edges over the whole graph",
-        "HypergraphConv": "it takes hyperedges, not an edge_index of node pairs",
-        "PDNConv": "it normalises with source degrees computed from learned edge weights",
-        "SignedConv": "it takes separate positive and negative edge sets",
-        "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
-        "PANConv": "it builds path matrices over the whole graph with torch-sparse",
-        "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
-        "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings)",
-        "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
-        "MeshCNNConv": "it convolves mesh edges, not nodes",
-        "SplineConv": "its exactness on partitions is not verified (it needs torch-spline-conv, not installable "
-        "here); declare it with register_layer(SplineConv, 'bipartite') if you rely on it",
-        "FusedGATConv": "it needs the dgNN CUDA kernels and their CSR/CSC inputs of the whole graph",
-    }
+    specs = {**_BUILTIN_SPECS, **{name: _BIPARTITE for name in _BIPARTITE_LAYERS}}
     for name, spec in specs.items():
         cls = getattr(c, name, None)
         if cls is not None:
             _REG.specs.setdefault(cls, spec)
-    for name, why in refused.items():
+    for name, why in _BUILTIN_REFUSED.items():
         cls = getattr(c, name, None)
         if cls is not None and cls not in _REG.specs:
             _REG.refused[cls] = why
-    _REG.wrappers.update({
-        "DirGNNConv": "through its inner layer, run on the in-edges and on the reversed out-edges",
-        "AntiSymmetricConv": "through its inner layer `phi` (each iteration exchanges its input)",
-    })  # fmt: skip
-    _REG.refused_wrappers.update({
-        "GPSConv": "its global attention reads every node of the graph",
-        "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported",
-        "WLConv": "it hashes colours over the whole graph",
-        "XConv": "it builds a k-NN graph over all nodes' positions",
-        "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
-        "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
-        "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
-    })  # fmt: skip
+    _REG.wrappers.update(_BUILTIN_WRAPPERS)
+    _REG.refused_wrappers.update(_BUILTIN_REFUSED_WRAPPERS)
 
 
 _register_builtin()
@@ -429,8 +438,7 @@ def register_layer(
     """
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise TypeError(f"register_layer expects a MessagePassing subclass, got {cls!r}")
-    if kind not in KINDS:
-        raise ValueError(f"unknown layer kind {kind!r}; choose one of {', '.join(map(repr, KINDS))}")
+    check_kind(kind)
     if propagations is not None and (not isinstance(propagations, int) or propagations < 1):
         raise ValueError(f"propagations must be a positive integer or None, got {propagations!r}")
     if kind == "gcn":
@@ -540,34 +548,29 @@ def layer_table() -> list[tuple[str, str, str]]:
         how = _HOW[spec.kind]
         if spec.norm is not None and spec.kind != "gcn":
             how += "; its normalisation uses global degrees"
-        rows.append((cls.__name__, how, "yes" if spec.fused is not None else "no"))
+        rows.append((cls.__name__, how, "yes" if spec.sparse_reduce is not None else "no"))
     rows += [(name, f"exact: {how}", "as its inner layer") for name, how in _REG.wrappers.items()]
     rows += [(cls.__name__, f"refused: {why}", "-") for cls, why in _REG.refused.items()]
     rows += [(name, f"refused: {why}", "-") for name, why in _REG.refused_wrappers.items()]
     return sorted(rows)
 
 
-def fusable(module: Module) -> Optional[str]:
-    """The fused kernel's aggregation for ``module``, or None."""
-    return layer_spec(module).reduce(module)
-
-
 def clear_caches(module: Module) -> None:
     """Drop PyG's per-layer caches (computed on another graph: the whole one, or another partition)."""
-    for name in layer_spec(module).caches:
-        if getattr(module, name, None) is not None:
-            setattr(module, name, None)
+    clear_layer_caches(module, layer_spec(module).caches)
 
 
 __all__ = [
     "KINDS",
+    "REDUCES",
+    "Feed",
     "LayerKind",
     "LayerSpec",
-    "Norm",
+    "Normalization",
     "UnsupportedLayerError",
+    "check_kind",
     "class_propagate_fuses",
     "clear_caches",
-    "fusable",
     "layer_table",
     "layer_kind",
     "layer_spec",

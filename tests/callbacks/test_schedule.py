@@ -6,12 +6,15 @@ of stale training, and directly on the rows and gradients each exchange moved.
 
 from __future__ import annotations
 
+import lightning as L
 import pytest
 import torch
+import torch.nn.functional as F
+from torch_geometric.nn import SAGEConv
 
-from lightning_halo import HaloSchedule
+from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from lightning_halo.partition import build_halo_partitions, partition_graph
-from tests.support.graphs import graph_by_name
+from tests.support.graphs import awkward_graph, graph_by_name
 from tests.support.models import build_any
 from tests.support.parity import TOL, load_records, run_parity
 from tests.support.stale_sim import simulate
@@ -20,15 +23,15 @@ EPOCHS = 7
 
 
 def test_step_modes() -> None:
-    assert [HaloSchedule("pipelined").step_mode(e) for e in range(4)] == ["sync", "stale", "stale", "stale"]
+    assert [HaloSchedule("pipelined").step_mode(e) for e in range(4)] == ["sync", "pipelined", "pipelined", "pipelined"]
     assert [HaloSchedule("pipelined", sync_every=3).step_mode(e) for e in range(7)] == [
-        "sync", "stale", "stale", "sync", "stale", "stale", "sync",
+        "sync", "pipelined", "pipelined", "sync", "pipelined", "pipelined", "sync",
     ]  # fmt: skip
     assert [HaloSchedule("periodic", refresh_every=3).step_mode(e) for e in range(8)] == [
-        "sync", "sync", "reuse", "reuse", "sync", "reuse", "reuse", "sync",
+        "sync", "sync", "periodic", "periodic", "sync", "periodic", "periodic", "sync",
     ]  # fmt: skip
     assert [HaloSchedule("pipelined", warmup_epochs=3).step_mode(e) for e in range(5)] == [
-        "sync", "sync", "sync", "stale", "stale",
+        "sync", "sync", "sync", "pipelined", "pipelined",
     ]  # fmt: skip
     assert {HaloSchedule("sync").step_mode(e) for e in range(10)} == {"sync"}
 
@@ -47,6 +50,61 @@ def test_step_modes() -> None:
 def test_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         HaloSchedule(**kwargs)
+
+
+class _Modes(L.Callback):
+    """The mode the exchange ran each training epoch in, and what the schedule logged."""
+
+    def __init__(self) -> None:
+        self.modes: list[str] = []
+        self.logged: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.modes.append(trainer.strategy.exchanger.mode)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch > 0:  # the last epoch's epoch-level metrics are in now
+            self.logged.append(float(trainer.callback_metrics.get("halo/mode", float("nan"))))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.logged.append(float(trainer.callback_metrics.get("halo/mode", float("nan"))))
+
+
+class _Conv(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = SAGEConv(8, 3)
+
+    def training_step(self, batch, _):
+        out = self.conv(batch.x, batch.edge_index)
+        return F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _fit(callbacks: list, tmp_path, strategy=None) -> L.Trainer:
+    trainer = L.Trainer(strategy=strategy or HaloQuantStrategy(bits=32), accelerator="cpu", devices=1, max_epochs=4,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=callbacks)  # fmt: skip
+    trainer.fit(_Conv(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
+    return trainer
+
+
+def test_the_schedule_hands_its_policy_to_the_strategy_once(tmp_path) -> None:
+    modes = _Modes()
+    _fit([HaloSchedule("periodic", refresh_every=2), modes], tmp_path)
+    assert modes.modes == ["sync", "sync", "periodic", "sync"]
+    assert modes.logged == [0.0, 0.0, 2.0, 0.0]  # MODES.index: sync 0, pipelined 1, periodic 2
+    plain = _Modes()
+    _fit([plain], tmp_path)  # no schedule: every epoch fresh
+    assert plain.modes == ["sync"] * 4 and all(v != v for v in plain.logged), "nothing logs modes without a schedule"
+
+
+def test_the_schedule_needs_the_halo_strategy() -> None:
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False)
+    with pytest.raises(TypeError, match="HaloSchedule needs strategy=HaloQuantStrategy"):
+        HaloSchedule().setup(trainer, None, "fit")  # type: ignore[arg-type]
 
 
 def _sim(spec: str, world_size: int) -> dict:
@@ -89,7 +147,7 @@ def _check_trace(spec: str, world_size: int, recs: list[dict]) -> None:
     checked = 0
     for epoch in range(1, EPOCHS):
         mode = sched.step_mode(epoch)
-        src = epoch - 1 if mode == "stale" else (last_refresh if mode == "reuse" else epoch)
+        src = epoch - 1 if mode == "pipelined" else (last_refresh if mode == "periodic" else epoch)
         if mode == "sync":
             last_refresh = epoch
         for slot in (0, 1):
@@ -102,11 +160,11 @@ def _check_trace(spec: str, world_size: int, recs: list[dict]) -> None:
                     torch.testing.assert_close(used[offset : offset + count], owner_rows, rtol=0, atol=0)
                     offset += count
                     checked += count
-            if mode == "reuse":
+            if mode == "periodic":
                 for o in range(world_size):
                     assert torch.count_nonzero(bwd[(o, epoch, slot)][1]) == 0, "no gradient crosses between refreshes"
                 continue
-            gsrc = epoch - 1 if mode == "stale" else epoch
+            gsrc = epoch - 1 if mode == "pipelined" else epoch
             for o in range(world_size):
                 expect = torch.zeros_like(bwd[(o, epoch, slot)][1])
                 for q in range(world_size):
@@ -130,7 +188,7 @@ def test_periodic_sends_nothing_between_refreshes(tmp_path) -> None:
     for rec in load_records(config, 2, tmp_path):
         for epoch, counts in enumerate(rec["epoch_bytes"]):
             train = sum(v for (_, d), v in counts.items() if d in ("fwd", "bwd"))
-            if sched.step_mode(epoch) == "reuse":
+            if sched.step_mode(epoch) == "periodic":
                 assert train == 0, (epoch, counts)
             else:
                 assert train > 0, (epoch, counts)

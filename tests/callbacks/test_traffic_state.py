@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloStateCallback, HaloTrafficLogger
-from lightning_halo.exchange import HaloExchanger, ThreadGroup
+from lightning_halo.exchange import HaloExchanger
 from lightning_halo.partition import build_halo_partitions, partition_graph
+from lightning_halo.testing import ThreadGroup
 from tests.support.graphs import awkward_graph
 from tests.support.threaded import on_threads
 
@@ -47,7 +48,7 @@ def _exchangers_after_one_step(world: int = 2):
     def rank(r: int) -> tuple:
         ex = HaloExchanger(group.transport(r), bits=1, seed=3)
         ex.bind(parts[r])
-        for epoch, mode in enumerate(("sync", "stale")):
+        for epoch, mode in enumerate(("sync", "pipelined")):
             ex.begin_step(True, epoch=epoch, mode=mode)
             h = torch.randn(int(parts[r].n_inner), 4, dtype=torch.float64, requires_grad=True)
             ex.prepare_loss(ex.fetch(h, "conv").sum()).backward()
@@ -59,14 +60,14 @@ def _exchangers_after_one_step(world: int = 2):
 def test_state_round_trip_restores_every_rank_exactly() -> None:
     (ex, part), _ = _exchangers_after_one_step()
     cb = HaloStateCallback()
-    cb.attach(ex, rank=0, world_size=1)
+    cb.attach(ex.state, rank=0, world_size=1)
     state = cb.state_dict()
     fresh = HaloExchanger(None, bits=1, seed=3)
     other = HaloStateCallback()
-    other.attach(fresh, rank=0, world_size=1)
+    other.attach(fresh.state, rank=0, world_size=1)
     other.load_state_dict(state)
     fresh.bind(part)
-    a, b = ex.state_dict(), fresh.state_dict()
+    a, b = ex.state.state_dict(), fresh.state.state_dict()
     assert torch.equal(a["generator"], b["generator"]) and a["plans"] == b["plans"]
     for sa, sb in zip(a["slots"], b["slots"]):
         assert sa["layer"] == sb["layer"] and sa["fresh_epoch"] == sb["fresh_epoch"]
@@ -77,14 +78,14 @@ def test_state_round_trip_restores_every_rank_exactly() -> None:
 def test_state_of_another_world_size_or_partition_is_refused() -> None:
     (ex, part), (ex1, part1) = _exchangers_after_one_step()
     cb = HaloStateCallback()
-    cb.attach(ex, rank=0, world_size=1)
+    cb.attach(ex.state, rank=0, world_size=1)
     state = cb.state_dict()
     two = HaloStateCallback()
-    two.attach(HaloExchanger(None), rank=0, world_size=2)
+    two.attach(HaloExchanger(None).state, rank=0, world_size=2)
     with pytest.raises(ValueError, match="holds halo state for 1 processes but this run has 2"):
         two.load_state_dict(state)
     wrong = HaloExchanger(None, bits=1)
-    wrong.load_state_dict(ex.state_dict())
+    wrong.state.load_state_dict(ex.state.state_dict())
     assert (int(part.n_halo), int(part.send_counts.sum())) != (int(part1.n_halo), int(part1.send_counts.sum()))
     with pytest.raises(Exception, match="belongs to a different partition"):
         wrong.bind(part1)  # rank 0's state on rank 1's partition

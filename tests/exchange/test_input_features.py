@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from lightning_halo import build_halo_partitions, partition_graph
-from lightning_halo.exchange import HaloExchanger, ThreadGroup, predict_traffic
+from lightning_halo.exchange import HaloExchanger, predict_traffic
 from lightning_halo.partition.halo_partition import tensor_digest
+from lightning_halo.testing import ThreadGroup
 from tests.support.graphs import awkward_graph
 from tests.support.threaded import on_threads
 

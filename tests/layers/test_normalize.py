@@ -13,9 +13,10 @@ from torch_geometric.nn import ChebConv, ClusterGCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
-from lightning_halo.exchange import HaloExchanger, ThreadGroup
+from lightning_halo.exchange import HaloExchanger
 from lightning_halo.layers import normalize
 from lightning_halo.partition import build_halo_partitions, partition_graph
+from lightning_halo.testing import ThreadGroup
 from tests.support.graphs import awkward_graph
 from tests.support.threaded import on_threads
 
@@ -56,7 +57,7 @@ def test_gcn_weights_equal_gcn_norm(world_size: int, improved: bool, weighted: b
     def fn(ex, part):
         return normalize.gcn_weights(
             part.edge_index, part.get("edge_weight"), int(part.n_inner), part.num_local_nodes, improved=improved,
-            add_self_loops=True, to_halo=lambda v: ex.exchange_constant(v, "t"), dtype=torch.float64,
+            add_self_loops=True, to_halo=lambda v: ex.collectives.to_halo(v, ex.plan(), "t"), dtype=torch.float64,
         )  # fmt: skip
 
     parts, res = _on_ranks(data, world_size, fn)
@@ -76,8 +77,8 @@ def test_laplacian_weights_equal_chebconv(world_size: int, normalization, lambda
     def fn(ex, part):
         return normalize.laplacian_weights(
             part.edge_index, part.edge_weight, int(part.n_inner), part.num_local_nodes, normalization=normalization,
-            lambda_max=lambda_max, to_halo=lambda v: ex.exchange_constant(v, "t"),
-            to_owners=lambda v: ex.reduce_to_owners(v, "t"), global_max=lambda t: ex.global_max(t, "t"),
+            lambda_max=lambda_max, to_halo=lambda v: ex.collectives.to_halo(v, ex.plan(), "t"),
+            to_owners=lambda v: ex.collectives.to_owners(v, ex.plan(), "t"), global_max=lambda t: ex.collectives.global_max(t, "t"),
             dtype=torch.float64,
         )  # fmt: skip
 
@@ -94,8 +95,8 @@ def test_source_degrees_are_global_out_degrees() -> None:
     def fn(ex, part):
         deg = normalize.source_degrees(
             part.edge_index, torch.ones(part.edge_index.size(1), dtype=torch.float64), int(part.n_inner),
-            part.num_local_nodes, to_halo=lambda v: ex.exchange_constant(v, "t"),
-            to_owners=lambda v: ex.reduce_to_owners(v, "t"),
+            part.num_local_nodes, to_halo=lambda v: ex.collectives.to_halo(v, ex.plan(), "t"),
+            to_owners=lambda v: ex.collectives.to_owners(v, ex.plan(), "t"),
         )  # fmt: skip
         return deg, None
 

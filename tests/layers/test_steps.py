@@ -38,7 +38,7 @@ def test_every_step_is_one_exchange_counted_exactly_at_one_bit() -> None:
 
 def test_pipelined_steps_are_stale_per_step() -> None:
     data = awkward_graph(2, dtype=torch.float32)
-    modes = ["sync", "stale", "stale", "sync"]
+    modes = ["sync", "pipelined", "pipelined", "sync"]
     got = run_threaded(_APPNP(data.num_features), data, 2, steps=3, mode=lambda e: modes[e])
     for rank in got["ranks"]:
         assert rank["staleness"] == [1] * K  # epoch 2 used epoch 1's rows, at every step

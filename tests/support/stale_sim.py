@@ -4,9 +4,9 @@ Runs every partition of a SAGE ``Net`` in one process. Input features are exact 
 constant). For layer ``l >= 1`` (halo slot ``l - 1``):
 
 * ``sync``: the halo is built from the owners' current rows, differentiably: exact training;
-* ``stale``: the halo is last epoch's rows (a constant); the gradient it receives is kept and
+* ``pipelined``: the halo is last epoch's rows (a constant); the gradient it receives is kept and
   injected into the owners' rows in the *next* epoch's backward;
-* ``reuse``: the halo is the last refresh's rows; no gradient crosses partitions.
+* ``periodic``: the halo is the last refresh's rows; no gradient crosses partitions.
 
 The objective is ``(1/P) sum_q (P n_q / N) L_q``, i.e. what DDP averages.
 """
@@ -59,14 +59,14 @@ def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int],
                         grad_sources.append((slot, q, fresh))
                         used = fresh
                         B[(slot, q)] = fresh.detach()
-                    elif mode == "stale":
+                    elif mode == "pipelined":
                         used = B[(slot, q)].clone().requires_grad_()
                         grad_sources.append((slot, q, used))
                         B[(slot, q)] = fresh.detach()
-                    else:  # reuse
+                    else:  # periodic
                         used = B[(slot, q)]
                     halos.append(used)
-                if mode == "stale":
+                if mode == "pipelined":
                     for o in range(P):
                         if (slot, o) in G:  # last epoch's halo gradients, applied by the owner now
                             objective = objective + (sent[o] * G[(slot, o)]).sum()
@@ -80,7 +80,7 @@ def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int],
             if n_q:
                 objective = objective + n_q / n_total * F.cross_entropy(h[q][p.train_mask], p.y[p.train_mask])
         objective.backward()
-        if mode != "reuse":
+        if mode != "periodic":
             grads: dict[tuple[int, int], torch.Tensor] = {}
             for slot, q, t in grad_sources:
                 grads[(slot, q)] = t.grad if t.grad is not None else torch.zeros_like(t)

@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_halo.exchange import HaloExchanger, ThreadGroup, TrafficMeter
+from lightning_halo.exchange import HaloExchanger, TrafficMeter
 from lightning_halo.exchange.wire import Wire
 from lightning_halo.layers.hooks import LayerContext, install_hooks
 from lightning_halo.partition import build_halo_partitions, partition_graph
+from lightning_halo.testing import ThreadGroup
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
 

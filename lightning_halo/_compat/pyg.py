@@ -1,0 +1,72 @@
+"""PyTorch Geometric internals lightning-halo relies on (pinned by ``tests/_compat/test_pyg.py``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+from torch.nn import Module
+
+_FUSED_BRANCH: dict[type, bool] = {}
+
+
+def source_arguments(layer: Module) -> list[str]:
+    """The names of ``propagate``'s keyword arguments a layer's ``message`` reads at edge sources.
+
+    PyG's convention is the ``_j`` suffix (``x_j``, ``alpha_j``); the parsed names are kept in
+    ``MessagePassing._user_args``.
+
+    Example:
+        >>> from torch_geometric.nn import GATConv, FAConv
+        >>> source_arguments(GATConv(4, 4)), source_arguments(FAConv(4))
+        (['x'], ['alpha', 'x'])
+    """
+    return sorted({a[:-2] for a in layer._user_args if a.endswith("_j")})
+
+
+def propagate_has_fused_branch(cls: type) -> bool:
+    """Whether PyG generated ``cls.propagate`` with its fused (sparse-input) branch.
+
+    PyG generates one ``propagate`` per class from a template when the first instance is built,
+    with that instance's ``fuse``: after e.g. ``SAGEConv(aggr=SoftmaxAggregation())`` every later
+    ``SAGEConv(aggr="mean")`` of the process has a propagate that raises on a sparse input. The
+    generated source says so with this error string.
+    """
+    if cls not in _FUSED_BRANCH:
+        try:
+            source = inspect.getsource(cls.propagate)
+        except (OSError, TypeError):
+            source = ""  # not generated (or no source): PyG's generic propagate checks `fuse` per call
+        _FUSED_BRANCH[cls] = "'message_and_aggregate' not implemented" not in source
+    return _FUSED_BRANCH[cls]
+
+
+def clear_layer_caches(layer: Module, names: tuple[str, ...]) -> None:
+    """Drop a layer's cached results (``GCNConv._cached_edge_index`` and friends), computed on another graph."""
+    for name in names:
+        if getattr(layer, name, None) is not None:
+            setattr(layer, name, None)
+
+
+def switch_off(layer: Module, flag: str) -> Any:
+    """Turn a layer's own option ``flag`` (e.g. ``GCNConv.normalize``) off; returns its value, for :func:`restore`."""
+    value = getattr(layer, flag)
+    setattr(layer, flag, False)
+    return value
+
+
+def restore(layer: Module, flag: str, value: Any) -> None:
+    """Put back what :func:`switch_off` turned off."""
+    setattr(layer, flag, value)
+
+
+def explicit_num_nodes(data: Any) -> Optional[int]:
+    """``data.num_nodes`` if it was set explicitly, else ``None`` (PyG infers it otherwise; ``Data._store``).
+
+    Example:
+        >>> from torch_geometric.data import Data
+        >>> explicit_num_nodes(Data(x=torch.zeros(3, 1))), explicit_num_nodes(Data(x=torch.zeros(3, 1), num_nodes=4))
+        (None, 4)
+    """
+    store = data._store
+    return store["num_nodes"] if "num_nodes" in store else None

@@ -1,0 +1,72 @@
+r"""The halo of a partition's own node-level tensors (input features): stored, or exchanged once.
+
+Input features need no gradient and do not change during training, so (as in DistDGL) each
+partition carries its halo's input features, ``halo_x``, written at partition time: the first
+layer needs no exchange. If ``batch.x`` changed after partitioning (in place or by assigning a
+new tensor), its hash no longer matches ``x_digest``; then every rank exchanges the owners'
+current rows once, at full precision. Either way the result is kept while the tensor is the
+same, unchanged object.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor
+
+from lightning_halo.exchange.collectives import Collectives
+from lightning_halo.exchange.plan import Direction, ExchangePlan
+from lightning_halo.memo import TensorMemo
+from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
+
+
+class InputHalos:
+    """Halo rows of the bound partition's node-level tensors, for the rank's :class:`HaloExchanger`.
+
+    Args:
+        collectives (Collectives): for the agreement and the one-time exchange.
+    """
+
+    def __init__(self, collectives: Collectives) -> None:
+        self.collectives = collectives
+        self._part: Optional[HaloPartition] = None
+        self._memo = TensorMemo()
+
+    def bind(self, part: HaloPartition) -> None:
+        self._part = part
+        self._memo.clear()
+
+    def holds(self, x: Tensor) -> bool:
+        """Whether ``x`` is one of the bound partition's own tensors (and needs no gradient)."""
+        part = self._part
+        return part is not None and not x.requires_grad and any(v is x for v in part.values() if isinstance(v, Tensor))
+
+    def halo(self, x: Tensor, plan: ExchangePlan, direction: Direction, layer: str) -> Tensor:
+        """The halo rows of ``x`` (one of :meth:`holds`' tensors) along ``plan``."""
+        hit = self._memo.get(direction, (x,))
+        if hit is not None:
+            return hit
+        stored = self._stored(x, plan, layer) if direction == "in" else None
+        if stored is None:
+            stored = self.collectives.wire.exchange(x[plan.send_index], 32, *plan.counts(True), layer, "input")
+        return self._memo.put(direction, (x,), stored)
+
+    def _stored(self, x: Tensor, plan: ExchangePlan, layer: str) -> Optional[Tensor]:
+        """The partition's ``halo_x`` if ``x`` is its ``x`` exactly as partitioned, else None.
+
+        The decision must be the same on every rank (a rank that exchanges while its peer does
+        not would hang), so the ranks agree on it with one tiny all-reduce.
+        """
+        part = self._part
+        assert part is not None
+        halo_x, digest = part.get("halo_x"), part.get("x_digest")
+        ok = (
+            x is part.get("x")
+            and isinstance(halo_x, Tensor)
+            and halo_x.size(0) == plan.n_halo
+            and halo_x.shape[1:] == x.shape[1:]
+            and halo_x.dtype == x.dtype
+            and digest == tensor_digest(x)
+        )
+        agreed = self.collectives.all_agree([bool(ok)], layer, plan.send_index.device)[0]
+        return halo_x.to(x.device) if agreed else None

@@ -1,0 +1,95 @@
+r"""How training halos travel, epoch by epoch: the modes, their options, and the pure schedule.
+
+One vocabulary, from the user's option to the slot that carries a halo:
+
+* ``"sync"``: fresh rows, exchanged before the layer runs (exact at ``bits=32``);
+* ``"pipelined"``: last epoch's rows while this epoch's travel, their gradients applied one epoch
+  late (`PipeGCN <https://arxiv.org/abs/2203.10428>`_, Sylvie's asynchronous mode);
+* ``"periodic"``: the last refresh's rows, no traffic and no gradient across partitions
+  (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style).
+
+:class:`HaloPolicy` holds a schedule's options, checked once when it is built, and answers
+which of the three an epoch runs (:meth:`HaloPolicy.mode_at`, a pure function of the epoch
+number, so every rank issues the same collectives). :class:`~lightning_halo.HaloSchedule`
+builds one and hands it to the strategy; the exchanger applies the epoch's mode to every slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional, get_args
+
+Mode = Literal["sync", "pipelined", "periodic"]
+#: Every mode, in the order of their codes in the logged ``halo/mode`` metric (0, 1, 2).
+MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        choices = ", ".join(map(repr, MODES[:-1])) + f" or {MODES[-1]!r}"
+        raise ValueError(f"unknown mode {mode!r}; choose {choices}")
+
+
+def check_smoothing(smoothing: float) -> None:
+    """PipeGCN's moving-average factor is in ``[0, 1)`` (``1`` would never take new rows)."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+
+
+def check_count(name: str, value: Optional[int], minimum: int, allow_none: bool = False) -> None:
+    """An epoch count option: an integer ``>= minimum`` (or ``None`` where allowed)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else "a non-negative integer"
+        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class HaloPolicy:
+    r"""A schedule of halo modes over the training epochs (see the module docstring).
+
+    The first epoch and ``warmup_epochs`` are ``"sync"``. ``"pipelined"`` runs every later epoch
+    pipelined, except every ``sync_every``-th, which is ``"sync"`` (Sylvie's bounded-staleness
+    adaptor); ``"periodic"`` refreshes every ``refresh_every`` epochs and reuses in between.
+
+    Args:
+        mode (str, optional): ``"sync"``, ``"pipelined"`` or ``"periodic"``. (default: ``"sync"``)
+        sync_every (int, optional): pipelined only: every k-th epoch is synchronous. (default: ``None``)
+        refresh_every (int, optional): periodic only: epochs between refreshes. (default: ``10``)
+        smoothing (float, optional): weight of the old rows and gradients when stale ones land,
+            :math:`m\,\text{old} + (1-m)\,\text{new}`, in ``[0, 1)``. (default: ``0.0``)
+        warmup_epochs (int, optional): synchronous epochs before the mode starts. (default: ``0``)
+
+    Example:
+        >>> [HaloPolicy("pipelined", sync_every=3).mode_at(e) for e in range(5)]
+        ['sync', 'pipelined', 'pipelined', 'sync', 'pipelined']
+    """
+
+    mode: Mode = "sync"
+    sync_every: Optional[int] = None
+    refresh_every: int = 10
+    smoothing: float = 0.0
+    warmup_epochs: int = 0
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        check_count("sync_every", self.sync_every, 1, allow_none=True)
+        check_count("refresh_every", self.refresh_every, 1)
+        check_smoothing(self.smoothing)
+        check_count("warmup_epochs", self.warmup_epochs, 0)
+        if self.sync_every is not None and self.mode != "pipelined":
+            raise ValueError("sync_every applies to mode='pipelined' only")
+
+    def mode_at(self, epoch: int) -> Mode:
+        """The mode of training epoch ``epoch`` (validation and test are always ``"sync"``)."""
+        start = max(1, self.warmup_epochs)
+        if self.mode == "sync" or epoch < start:
+            return "sync"
+        if self.mode == "pipelined":
+            return "sync" if self.sync_every is not None and epoch % self.sync_every == 0 else "pipelined"
+        return "sync" if (epoch - start) % self.refresh_every == 0 else "periodic"
+
+
+#: Fresh halos every epoch: what a run without a schedule does.
+SYNC = HaloPolicy()

@@ -1,0 +1,36 @@
+"""What lightning-halo assumes about Lightning's internals (lightning_halo._compat.lightning)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+from lightning.pytorch.trainer.connectors.signal_connector import _get_sigkill_signal
+
+from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
+
+
+def test_the_launcher_keeps_its_processes_and_can_kill_them() -> None:
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    launcher = _SubprocessScriptLauncher(LightningEnvironment(), num_processes=2, num_nodes=1)
+    assert launcher.procs == []  # filled by launch() with the ranks it starts
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    launcher.procs.append(sleeper)
+    stop_launched_ranks(launcher, grace_s=0.1)
+    assert sleeper.wait(timeout=10) == -_get_sigkill_signal()
+
+
+def test_the_registry_given_to_register_strategies_is_of_the_registry_class() -> None:
+    import inspect
+
+    from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+
+    assert isinstance(StrategyRegistry, StrategyRegistryType)
+    assert list(inspect.signature(DDPStrategy.register_strategies).parameters) == ["strategy_registry"]
+
+
+def test_other_launchers_are_left_alone() -> None:
+    stop_launched_ranks(None)
+    stop_launched_ranks(object())

@@ -1,0 +1,46 @@
+"""The schedule as a pure policy: one vocabulary of modes, checked once, decided by the epoch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from lightning_halo.exchange.policy import MODES, SYNC, HaloPolicy, check_count, check_mode, check_smoothing
+
+
+def test_modes_are_one_tuple_in_metric_code_order() -> None:
+    assert MODES == ("sync", "pipelined", "periodic")
+
+
+def test_mode_at_is_a_function_of_the_epoch() -> None:
+    assert [HaloPolicy("pipelined").mode_at(e) for e in range(3)] == ["sync", "pipelined", "pipelined"]
+    assert [HaloPolicy("periodic", refresh_every=2, warmup_epochs=2).mode_at(e) for e in range(6)] == [
+        "sync", "sync", "sync", "periodic", "sync", "periodic",
+    ]  # fmt: skip
+    assert {SYNC.mode_at(e) for e in range(20)} == {"sync"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(mode="stale"), "unknown mode 'stale'; choose 'sync', 'pipelined' or 'periodic'"),
+        (dict(mode="periodic", sync_every=2), "sync_every applies to mode='pipelined' only"),
+        (dict(refresh_every=0), "refresh_every must be a positive integer, got 0"),
+        (dict(warmup_epochs=True), "warmup_epochs must be a non-negative integer"),
+        (dict(smoothing=1.0), r"smoothing must be a number in \[0, 1\)"),
+    ],
+)
+def test_a_policy_is_checked_when_built(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        HaloPolicy(**kwargs)
+
+
+def test_checkers_and_frozen_policy() -> None:
+    check_mode("periodic")
+    check_smoothing(0)
+    check_count("sync_every", None, 1, allow_none=True)
+    with pytest.raises(ValueError, match="or None"):
+        check_count("sync_every", 0, 1, allow_none=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SYNC.mode = "pipelined"  # type: ignore[misc]
