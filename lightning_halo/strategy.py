@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from datetime import timedelta
 from typing import Any, Literal, Optional, Union
@@ -15,7 +16,6 @@ from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy
-from lightning.pytorch.utilities.exceptions import _augment_message
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from torch import Tensor
@@ -428,7 +428,10 @@ class HaloQuantStrategy(DDPStrategy):
     @override
     def on_exception(self, exception: BaseException) -> None:
         # DDPStrategy's explanation of DDP's unused-parameter error names DDPStrategy: name this strategy.
-        _augment_message(exception, pattern=_UNUSED_PARAMETERS, new_message=_UNUSED_PARAMETERS_FIX)
+        exception.args = tuple(
+            _UNUSED_PARAMETERS_FIX if isinstance(a, str) and re.match(_UNUSED_PARAMETERS, a, re.DOTALL) else a
+            for a in exception.args
+        )
         super().on_exception(exception)
         # A failed run must leave no process behind: a rank frozen in user code never reaches the
         # collective that would time out.
