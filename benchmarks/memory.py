@@ -2,16 +2,16 @@
 
     # a graph written to disk a window at a time (never whole in memory): 4M nodes, 64M edges, 128 features
     python -m benchmarks.memory generate --out benchmarks/results/tmp/big --nodes 4000000 --degree 8 --features 128
-    # the partition step, one fresh process per part count: peak RSS of every phase, METIS time
+    # the partition step with METIS and KaMinPar, one fresh process each: peak RSS of every phase, times, cut
     python -m benchmarks.memory partition --graph benchmarks/results/tmp/big --parts 2 4 8 --label big
-    # train one epoch from each partition directory on 2/4/8 local ranks: peak RSS per rank
-    python -m benchmarks.memory train --label big --ranks 2 4 8
+    # train one epoch from each partition directory on 2/4/8 local ranks: peak RSS per rank and its bound
+    python -m benchmarks.memory train --label sbm --ranks 2 4 8 --partitioners metis kaminpar
     # a saved Data given by path (HaloDataModule partitions it in prepare_data), 4 ranks; --code runs another checkout
     python -m benchmarks.memory file --graph benchmarks/results/tmp/sbm-1000000.pt --ranks 4 --label sbm
     # where one rank's memory goes: its training step replayed step by step in one process
-    python -m benchmarks.memory breakdown --label sbm --ranks 2 --part 0
+    python -m benchmarks.memory breakdown --label sbm --ranks 2 --part 0 --partitioner kaminpar
     # every rank's step replayed in its own process, one after the other (when the ranks do not fit at once)
-    python -m benchmarks.memory replay --label big --ranks 2 4 8
+    python -m benchmarks.memory replay --label big --ranks 2 4 8 --partitioners metis kaminpar
     # summary JSON, the curve (docs/img/memory-per-rank.png) and the section of docs/benchmarks.md
     python -m benchmarks.memory report --page docs/benchmarks.md
 
@@ -121,17 +121,26 @@ def saved_tensor_hooks(record: dict[str, Any], exclude: Any) -> Any:
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
-def memory_bound(part_pages: int, saved: int, model: int, grads: int, optimizer: int) -> int:
-    r"""The bytes a training rank cannot avoid: what its step reads of the part files (mapped pages,
-    adjacency and transpose included), the activations autograd saves for backward, the model, its
+def memory_bound(part_pages: int, adjacency: int, saved: int, model: int, grads: int, optimizer: int) -> int:
+    r"""The bytes a training rank cannot avoid: what its step reads of the part files (mapped pages:
+    features, labels, the stored CSR pattern of the adjacency and its transpose), the values of one
+    adjacency and of its transpose, the activations autograd saves for backward, the model, its
     gradients and the optimizer state. The measured peak is compared with this (above the idle
     process), as the kernel bound is with compute time.
 
     Example:
-        >>> memory_bound(100, 50, 4, 4, 8)
-        166
+        >>> memory_bound(100, 20, 50, 4, 4, 8)
+        186
     """
-    return part_pages + saved + model + grads + optimizer
+    return part_pages + adjacency + saved + model + grads + optimizer
+
+
+def adjacency_values_bytes(part: Any, element_size: int = 4) -> int:
+    """Values of one fused adjacency and of its transpose on the part's stored CSR pattern (``2 nnz s``)."""
+    from lightning_halo.layers.stored import StoredCSR
+
+    stored = StoredCSR.of(part)
+    return 2 * stored.nnz * element_size if stored is not None else 0
 
 
 # ---------------------------------------------------------------------------------------- generate
@@ -359,9 +368,12 @@ def rank_main(a: argparse.Namespace) -> None:
     opt = sum(v.numel() * v.element_size() for s in trainer.optimizers[0].state.values() for v in s.values()
               if isinstance(v, torch.Tensor))  # fmt: skip
     record["model_bytes"], record["grad_bytes"], record["optimizer_bytes"] = params, params, opt
-    record["bound"] = memory_bound(record.get("part_pages", 0), record.get("saved_bytes", 0), params, params, opt)
+    record["adjacency_bytes"] = adjacency_values_bytes(dm.partition)
+    record["bound"] = memory_bound(record.get("part_pages", 0), record["adjacency_bytes"], record.get("saved_bytes", 0), params,
+                                   params, opt)  # fmt: skip
     if hasattr(dm, "cache_for"):  # this checkout's partition directories (not in the code before them)
-        manifest = dm.cache_for(world).read_meta()
+        directory = Path(a.data) if a.cache_dir is None else dm.cache_for(world).dir
+        manifest = json.loads((directory / "manifest.json").read_text())
         record["part_bytes"] = manifest["files"][f"part_{rank}.pt"]["bytes"]
         record["graph_facts"] = manifest["graph"]
     part = dm.partition
@@ -396,17 +408,23 @@ def _line(rec: dict[str, Any]) -> str:
     cells = []
     for r in rec["ranks"]:
         above = (r["peak_rss"] - r["idle_rss"]) / MB
-        part = f" part {r['part_bytes'] / MB:.0f}" if "part_bytes" in r else ""
-        cells.append(f"r{r['rank']} {r['peak_rss'] / MB:.0f} MB (+{above:.0f}{part})")
+        bound = f" bound {r['bound'] / MB:.0f}" if "bound" in r else ""
+        cells.append(f"r{r['rank']} {r['peak_rss'] / MB:.0f} MB (+{above:.0f}{bound})")
     return ", ".join(cells)
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    for world in a.ranks:
-        directory = TMP / "memory" / a.label / f"parts-{world}"
-        rec = train(str(directory), world, RESULTS / a.label / f"train-dir-{world}.json", cache_dir=None, epochs=a.epochs,
-                    hidden=a.hidden)  # fmt: skip
-        print(f"{a.label} from directory, {world} ranks: {_line(rec)}", flush=True)
+    """Real ranks from every partition directory of the label (``partition`` wrote them)."""
+    for partitioner in a.partitioners:
+        for world in a.ranks:
+            directory = parts_dir(a.label, world, partitioner)
+            if not (directory / "manifest.json").is_file():
+                raise SystemExit(f"{directory} does not exist: run `python -m benchmarks.memory partition` first")
+            target = RESULTS / a.label / f"train-dir-{partitioner}-{world}.json"
+            rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden)
+            rec["partitioner"] = partitioner
+            target.write_text(json.dumps(rec, indent=1))
+            print(f"{a.label} {partitioner}, {world} ranks: {_line(rec)}", flush=True)
 
 
 def cmd_file(a: argparse.Namespace) -> None:
@@ -429,23 +447,28 @@ def _run(cmd: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------- breakdown
-def breakdown(directory: str, part_id: int, hidden: int) -> list[dict[str, Any]]:
+def breakdown(directory: str, part_id: int, hidden: int) -> dict[str, Any]:
     """Where one rank's memory goes: its training step replayed in one process, step by step.
 
-    The rank's part is loaded as in training (memory-mapped), then the steps of one SAGE
-    (``sparse=True``) training step run as the strategy runs them: ``[x; halo_x]`` as the first
-    layer's input, the sparse adjacency, layer 1, the second layer's input (the halo rows a peer
-    would send are zeros here), layer 2, backward. Each row: the peak RSS of that step and the
-    resident set after it, split into anonymous memory and mapped-file pages.
+    The rank's part is loaded as in training (memory-mapped) and one GraphSAGE step (two
+    ``SAGEConv``, mean, the fused path) runs through the library's own pieces as the strategy
+    runs them: the first layer's input ``[x; halo_x]`` by :func:`~lightning_halo.layers.apply.join`
+    (a view of the part file's tensor), the adjacency and its transpose from the stored CSR
+    (:class:`~lightning_halo.layers.stored.StoredCSR`), the second layer's input with the halo
+    rows a peer would send (zeros here), backward and an Adam step. Each row: the peak RSS of
+    that step and the resident set after it, split into anonymous memory and mapped-file pages;
+    then the bound of :func:`memory_bound` from what autograd saved and the part pages read.
     """
     import torch
     import torch.nn.functional as F
     from torch_geometric.nn import SAGEConv
 
     from lightning_halo.data import PartitionDirectory
-    from lightning_halo.partition.adjacency import sparse_adjacency
+    from lightning_halo.layers.apply import join
+    from lightning_halo.layers.stored import StoredCSR
 
     rows: list[dict[str, Any]] = []
+    record: dict[str, Any] = {"saved_bytes": 0}
 
     def mark(step: str) -> None:
         s = status()
@@ -454,93 +477,135 @@ def breakdown(directory: str, part_id: int, hidden: int) -> list[dict[str, Any]]
         reset_peak()
 
     torch.manual_seed(0)
+    n_classes = int(json.loads((Path(directory) / "manifest.json").read_text())["graph"]["num_classes"])
     mark("idle")
     part = PartitionDirectory(directory).load_part(part_id)
+    files = [str(Path(directory) / f"{kind}_{part_id}.pt") for kind in ("part", "adj")]
     mark("part loaded (mapped)")
-    x_all = torch.cat([part.x, part.halo_x])
-    mark("[x; halo_x]: layer 1 input")
-    adj = sparse_adjacency(part, reduce="mean")
-    mark("sparse adjacency")
+    stored = StoredCSR.of(part)
+    assert stored is not None, "a format-4 partition directory stores the CSR"
     n_in, n_halo = int(part.n_inner), int(part.n_halo)
-    conv1, conv2 = SAGEConv(x_all.size(1), hidden), SAGEConv(hidden, int(part.y.max()) + 1)
-    h = conv1((x_all, x_all[:n_in]), adj).relu()
-    mark("layer 1")
-    h_all = torch.cat([h, h.new_zeros(n_halo, hidden)])
-    mark("layer 2 input (with halo rows)")
-    out = conv2((h_all, h), adj)
-    mark("layer 2")
-    F.cross_entropy(out[part.train_mask], part.y[part.train_mask]).backward()
-    mark("backward")
-    return rows
+    adj = stored.raw(None, "mean", n_in, torch.float32)
+    mark("adjacency values (stored CSR)")
+    conv1, conv2 = SAGEConv(part.x.size(1), hidden), SAGEConv(hidden, n_classes)
+    params = [*conv1.parameters(), *conv2.parameters()]
+    opt = torch.optim.Adam(params)
+    ptrs = {p.untyped_storage().data_ptr() for p in params}
+    ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
+    hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in ptrs or any(lo <= st.data_ptr() < hi for lo, hi in ranges))
+    with hooks:
+        x_all = join(part.x, part.halo_x)
+        mark("[x; halo_x]: layer 1 input (a view)")
+        h = conv1((x_all, part.x), adj).relu()
+        del x_all  # as in a model: the layer's input is dropped when it returns (autograd keeps what it saved)
+        mark("layer 1")
+        h_all = join(h, h.new_zeros(n_halo, hidden))
+        mark("layer 2 input (with halo rows)")
+        out = conv2((h_all, h), adj)
+        del h_all
+        loss = F.cross_entropy(out[part.train_mask], part.y[part.train_mask])
+        mark("layer 2 + loss")
+    loss.backward()
+    mark("backward (transpose from the stored pattern)")
+    opt.step()
+    mark("Adam step")
+    model = sum(p.numel() * p.element_size() for p in params)
+    state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
+    pages = sum(rss for _, _, rss in mappings(files))
+    adjacency = adjacency_values_bytes(part)
+    return {"steps": rows, "part_pages": pages, "adjacency_bytes": adjacency, "saved_bytes": record["saved_bytes"],
+            "model_bytes": model, "grad_bytes": model, "optimizer_bytes": state, "n_inner": n_in, "n_halo": n_halo,
+            "bound": memory_bound(pages, adjacency, record["saved_bytes"], model, model, state)}  # fmt: skip
 
 
 def cmd_replay(a: argparse.Namespace) -> None:
     """:func:`breakdown` of every part, each in a fresh process: per-rank peaks when the ranks of one
     machine would not fit in its memory at once (calibrated against real runs where they do)."""
-    for world in a.ranks:
-        parts = []
-        for p in range(world):
-            _run([sys.executable, "-m", "benchmarks.memory", "breakdown", "--label", a.label, "--ranks", str(world),
-                  "--part", str(p), "--hidden", str(a.hidden)])  # fmt: skip
-            parts.append(json.loads((RESULTS / a.label / f"breakdown-{world}.json").read_text()))
-        manifest = json.loads((TMP / "memory" / a.label / f"parts-{world}" / "manifest.json").read_text())
-        for p, rec in enumerate(parts):
-            rec["part_bytes"] = manifest["files"][f"part_{p}.pt"]["bytes"]
-        (RESULTS / a.label / f"breakdown-{world}.json").unlink()
-        (RESULTS / a.label / f"replay-{world}.json").write_text(json.dumps({"world": world, "parts": parts}, indent=1))
-        peaks = ", ".join(f"{max(st['peak_mb'] for st in r['steps']):.0f}" for r in parts)
-        print(f"{a.label} replay, {world} parts: peak MB per rank {peaks}", flush=True)
+    for partitioner in a.partitioners:
+        for world in a.ranks:
+            directory = parts_dir(a.label, world, partitioner)
+            manifest = json.loads((directory / "manifest.json").read_text())
+            parts = []
+            for p in range(world):
+                _run([sys.executable, "-m", "benchmarks.memory", "breakdown", "--label", a.label, "--ranks", str(world),
+                      "--part", str(p), "--hidden", str(a.hidden), "--partitioner", partitioner])  # fmt: skip
+                target = RESULTS / a.label / f"breakdown-{partitioner}-{world}.json"
+                rec = json.loads(target.read_text())
+                target.unlink()
+                rec["part_bytes"] = manifest["files"][f"part_{p}.pt"]["bytes"]
+                rec["adj_bytes"] = manifest["files"][f"adj_{p}.pt"]["bytes"]
+                parts.append(rec)
+            out = {"world": world, "partitioner": partitioner, "hidden": a.hidden, "parts": parts}
+            (RESULTS / a.label / f"replay-{partitioner}-{world}.json").write_text(json.dumps(out, indent=1))
+            cells = ", ".join(f"{max(st['peak_mb'] for st in r['steps']):.0f} (bound {r['bound'] / MB:.0f})" for r in parts)
+            print(f"{a.label} {partitioner} replay, {world} parts: peak MB per rank {cells}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------- report
+def _partition_summary(r: dict[str, Any]) -> dict[str, Any]:
+    used = r["partitioned_with"]
+    own = used.get("kaminpar_s", used.get("metis_s"))
+    csr = r.get("csr_bytes") or used.get("csr_bytes")
+    return {
+        "peak_mb": r["peak_rss"] / MB, "idle_mb": r["idle_rss"] / MB,
+        "partition_phase_peak_mb": r["phases"]["partition"]["peak"] / MB,
+        "phase_peaks_mb": {k: v["peak"] / MB for k, v in r["phases"].items()},
+        "partition_s": r["timings"]["partition_s"], "partitioner_s": own, "csr_s": used.get("csr_s"),
+        "halo_s": r["timings"]["halo_s"], "write_s": r["timings"]["write_s"],
+        "seconds": sum(v["seconds"] for v in r["phases"].values()),
+        "csr_mb": csr / MB if csr else None, "features_mb": _features_mb(r["graph_facts"]),
+        # the issue's target for the partition step: peak <= 1.5 x the CSR's bytes + 0.5 GB
+        "target_mb": 1.5 * csr / MB + 512 if csr else None,
+        "part_mb": [b / MB for b in r["part_bytes"]], "adj_mb": [b / MB for b in r.get("adj_bytes", [])],
+        "edge_cut": r["stats"]["edge_cut"], "balance": r["stats"]["balance"],
+        "halo_rows": r["stats"]["halo_rows"], "replication": r["stats"]["replication"],
+    }  # fmt: skip
+
+
+def _rank_summary(rank: int, peak: float, idle: float, resident: float, part: float, bound: Optional[float],
+                  anon: Optional[float] = None, file: Optional[float] = None) -> dict[str, Any]:  # fmt: skip
+    """One rank, in MiB: the peak and the resident set after the step above the idle process, against the bound."""
+    return {"rank": rank, "peak_mb": peak, "idle_mb": idle, "above_idle_mb": peak - idle, "resident_above_idle_mb": resident - idle,
+            "part_mb": part, "bound_mb": bound, "peak_over_bound": (peak - idle) / bound if bound else None,
+            "resident_over_bound": (resident - idle) / bound if bound else None, "anon_at_peak_mb": anon,
+            "file_at_peak_mb": file}  # fmt: skip
+
+
 def summarise(label: str) -> dict[str, Any]:
     """Per-rank and partition figures of one graph, with the issue's ratios (pure: reads the JSONs only)."""
     folder = RESULTS / label
     out: dict[str, Any] = {"label": label, "partition": {}, "directory": {}, "replay": {}, "file": {}}
-    for f in sorted(folder.glob("partition-*.json")):
+    for f in sorted(folder.glob("partition-*-*.json")):
         r = json.loads(f.read_text())
-        out["partition"][r["parts"]] = {
-            "peak_mb": r["peak_rss"] / MB, "idle_mb": r["idle_rss"] / MB,
-            "metis_phase_peak_mb": r["phases"]["metis"]["peak"] / MB,
-            "metis_phase_start_mb": r["phases"]["metis"]["start_rss"] / MB,
-            "phase_peaks_mb": {k: v["peak"] / MB for k, v in r["phases"].items()},
-            "max_other_phase_peak_mb": max(v["peak"] for k, v in r["phases"].items() if k != "metis") / MB,
-            "metis_s": r["timings"]["metis_s"], "halo_s": r["timings"]["halo_s"], "write_s": r["timings"]["write_s"],
-            "seconds": sum(v["seconds"] for v in r["phases"].values()),
-            "csr_mb": r.get("csr_bytes", 0) / MB or None, "features_mb": _features_mb(r["graph_facts"]),
-            "graph_mb": None, "part_mb": [b / MB for b in r["part_bytes"]],
-            "halo_rows": r["stats"]["halo_rows"], "replication": r["stats"]["replication"],
-        }  # fmt: skip
-    for f in sorted(folder.glob("train-*.json")):
+        out["partition"].setdefault(r["partitioner"], {})[r["parts"]] = _partition_summary(r)
+    known = [p["csr_mb"] for runs in out["partition"].values() for p in runs.values() if p["csr_mb"]]
+    for runs in out["partition"].values():  # the CSR is measured once per graph (the first run with --structure)
+        for p in runs.values():
+            if known and not p["csr_mb"]:
+                p["csr_mb"], p["target_mb"] = known[0], 1.5 * known[0] + 512
+    for f in sorted(folder.glob("train-dir-*-*.json")):
+        r = json.loads(f.read_text())
+        ranks = [_rank_summary(x["rank"], x["peak_rss"] / MB, x["idle_rss"] / MB, max(x["resident_after_step"]) / MB,
+                               x.get("part_bytes", 0) / MB, x["bound"] / MB, x["at_peak"]["RssAnon"] / MB,
+                               x["at_peak"]["RssFile"] / MB) for x in r["ranks"]]  # fmt: skip
+        out["directory"].setdefault(r["partitioner"], {})[r["world"]] = {"world": r["world"], "seconds": r["seconds"], "ranks": ranks}
+    for f in sorted(folder.glob("replay-*-*.json")):
         r = json.loads(f.read_text())
         ranks = []
-        for x in r["ranks"]:
-            own = x.get("part_bytes", 0) + x["model_bytes"] + x["grad_bytes"] + x["optimizer_bytes"]
-            ranks.append({
-                "rank": x["rank"], "peak_mb": x["peak_rss"] / MB, "idle_mb": x["idle_rss"] / MB,
-                "above_idle_mb": (x["peak_rss"] - x["idle_rss"]) / MB,
-                "load_above_idle_mb": (x["phases"]["load"]["peak"] - x["idle_rss"]) / MB,
-                "train_above_idle_mb": (x["phases"]["train"]["peak"] - x["idle_rss"]) / MB,
-                "part_mb": x.get("part_bytes", 0) / MB, "model_opt_mb": (own - x.get("part_bytes", 0)) / MB,
-                "peak_over_own": x["peak_rss"] / own if x.get("part_bytes") else None,
-                "above_idle_over_own": (x["peak_rss"] - x["idle_rss"]) / own if x.get("part_bytes") else None,
-                "anon_at_peak_mb": x["at_peak"]["RssAnon"] / MB, "file_at_peak_mb": x["at_peak"]["RssFile"] / MB,
-            })  # fmt: skip
-        entry = {"world": r["world"], "seconds": r["seconds"], "code": r["code"], "ranks": ranks}
+        for p, rec in enumerate(r["parts"]):
+            steps = rec["steps"]
+            ranks.append(_rank_summary(p, max(st["peak_mb"] for st in steps), steps[0]["rss_mb"], steps[-1]["rss_mb"],
+                                       rec["part_bytes"] / MB, rec["bound"] / MB) | {"steps": steps})  # fmt: skip
+        out["replay"].setdefault(r["partitioner"], {})[r["world"]] = {"world": r["world"], "ranks": ranks}
+    for f in sorted(folder.glob("train-*-*-*.json")):
         if f.name.startswith("train-dir-"):
-            out["directory"][r["world"]] = entry
-        else:
-            entry["graph_mb"] = r["graph_bytes"] / MB
-            entry["max_above_idle_over_graph"] = max(x["above_idle_mb"] for x in ranks) / entry["graph_mb"]
-            entry["max_load_above_idle_over_graph"] = max(x["load_above_idle_mb"] for x in ranks) / entry["graph_mb"]
-            out["file"][f.stem.removeprefix("train-")] = entry
-    for f in sorted(folder.glob("replay-*.json")):
+            continue
         r = json.loads(f.read_text())
-        out["replay"][r["world"]] = {"ranks": [
-            {"rank": p, "peak_mb": max(st["peak_mb"] for st in rec["steps"]), "idle_mb": rec["steps"][0]["rss_mb"],
-             "part_mb": rec["part_bytes"] / MB, "steps": rec["steps"]}
-            for p, rec in enumerate(r["parts"])
-        ]}  # fmt: skip
+        ranks = [{"rank": x["rank"], "above_idle_mb": (x["peak_rss"] - x["idle_rss"]) / MB,
+                  "load_above_idle_mb": (x["phases"]["load"]["peak"] - x["idle_rss"]) / MB} for x in r["ranks"]]  # fmt: skip
+        entry = {"world": r["world"], "code": r["code"], "ranks": ranks, "graph_mb": r["graph_bytes"] / MB}
+        entry["max_above_idle_over_graph"] = max(x["above_idle_mb"] for x in ranks) / entry["graph_mb"]
+        out["file"][f.stem.removeprefix("train-")] = entry
     return out
 
 
@@ -548,53 +613,41 @@ def _features_mb(facts: dict[str, Any]) -> float:
     return facts["num_nodes"] * facts["num_features"] * {"float64": 8, "float16": 2, "bfloat16": 2}.get(facts["x_dtype"], 4) / MB
 
 
-def _curve(runs: dict[Any, Any], key: str = "peak_mb") -> tuple[list[int], list[float]]:
+def _curve(runs: dict[Any, Any], key: str) -> tuple[list[int], list[float]]:
     worlds = sorted(int(w) for w in runs)
     return worlds, [max(r[key] for r in runs[w if w in runs else str(w)]["ranks"]) / 1024 for w in worlds]
 
 
 def plot(summaries: list[dict[str, Any]], path: Path) -> None:
-    """Left: peak RSS per rank vs ranks. Right: what loading the data costs a rank, before and now."""
+    """Peak per rank above the idle process (max over ranks) against the bound, per graph and partitioner."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     for s in summaries:
-        color = None
-        for runs, style, what in ((s["directory"], "o-", "real ranks"), (s["replay"], "s--", "each rank replayed alone")):
-            if runs:
-                worlds, peak = _curve(runs)
-                (line,) = ax.plot(worlds, peak, style, color=color, label=f"{s['label']}: peak per rank ({what})")
-                color = line.get_color()
-        runs = s["directory"] or s["replay"]
-        if runs:
-            worlds, part = _curve(runs, "part_mb")
-            ax.plot(worlds, [1.5 * p for p in part], ":", color=color, alpha=0.7, label=f"{s['label']}: 1.5 × part file (target)")
-        before = {int(k.split("-")[-1]): v for k, v in s["file"].items() if k.startswith("main-warm-")}
-        if before:
-            worlds, peak = _curve(before)
-            ax.plot(worlds, peak, "x-.", color=color, alpha=0.7, label=f"{s['label']}: peak per rank before (graph file per rank)")
-            _, load_before = _curve(before, "load_above_idle_mb")
-            bx.plot(worlds, load_before, "x-.", color=color, label=f"{s['label']}: before (whole graph on every rank)")
-        if s["directory"]:
-            worlds, load_now = _curve(s["directory"], "load_above_idle_mb")
-            bx.plot(worlds, load_now, "o-", color=color, label=f"{s['label']}: now (manifest + mapped part)")
-    ax.axhline(0.469, color="grey", lw=0.8, ls=":", label="idle baseline (Python + torch + Lightning + PyG)")
-    for a in (ax, bx):
-        a.set_xscale("log", base=2)
-        a.set_xticks([2, 4, 8], ["2", "4", "8"])
-        a.set_xlabel("ranks")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-    ax.set_ylabel("GiB")
-    ax.set_title("Peak resident memory per rank (max over ranks), one epoch", fontsize=10)
-    bx.set_ylabel("GiB above idle")
-    bx.set_title("Loading the data (prepare_data + setup), per rank", fontsize=10)
+        for kind, style in (("directory", "o-"), ("replay", "s--")):
+            for partitioner, runs in s[kind].items():
+                worlds, peak = _curve(runs, "above_idle_mb")
+                (line,) = ax.plot(worlds, peak, style, label=f"{s['label']} {partitioner}: peak above idle ({'real ranks' if kind == 'directory' else 'replayed'})")
+                _, bound = _curve(runs, "bound_mb")
+                ax.plot(worlds, bound, ":", color=line.get_color(), alpha=0.7, label=f"{s['label']} {partitioner}: bound")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([2, 4, 8], ["2", "4", "8"])
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("GiB above the idle process")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    ax.set_title("Training rank: peak resident memory vs the bound (max over ranks), one step", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+
+
+def _span(values: list[float], fmt: str = ".0f") -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
 
 
 def markdown(summaries: list[dict[str, Any]]) -> str:
@@ -602,44 +655,49 @@ def markdown(summaries: list[dict[str, Any]]) -> str:
     for s in summaries:
         lines += [f"#### {s['label']}", ""]
         if s["partition"]:
-            lines += ["Partition step (`lightning-halo partition GRAPH --parts P --out DIR`, one fresh process per part count; MiB):", "",
-                      "| parts | peak RSS | METIS phase (CSR + METIS) | scan / halo / write phase peaks | idle | METIS s | halo s | write s | part files |",
-                      "|---:|---:|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
-            for parts, p in sorted(s["partition"].items(), key=lambda kv: int(kv[0])):
-                ph = p["phase_peaks_mb"]
-                sizes = f"{min(p['part_mb']):.0f}–{max(p['part_mb']):.0f}"
-                lines.append(f"| {parts} | {p['peak_mb']:.0f} | {p['metis_phase_peak_mb']:.0f} | {ph['scan']:.0f} / {ph['halo']:.0f} / "
-                             f"{ph['write']:.0f} | {p['idle_mb']:.0f} | {p['metis_s']:.1f} | {p['halo_s']:.1f} | {p['write_s']:.1f} | {sizes} |")  # fmt: skip
-            first = next(iter(s["partition"].values()))
+            lines += ["Partition step (`lightning-halo partition GRAPH --parts P --partitioner NAME --out DIR`, one fresh process "
+                      "each; MiB; *target*: 1.5 × the int64 CSR + 512 MiB):", "",
+                      "| partitioner | parts | peak RSS | target | partition phase peak | scan / halo / write peaks | partitioner s "
+                      "| total s | edge cut | balance |",
+                      "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+            for partitioner, runs in sorted(s["partition"].items()):
+                for parts, p in sorted(runs.items(), key=lambda kv: int(kv[0])):
+                    ph = p["phase_peaks_mb"]
+                    own = f"{p['partitioner_s']:.1f}" if p["partitioner_s"] else f"{p['partition_s']:.1f} (with the CSR)"
+                    target = f"{p['target_mb']:.0f}" if p["target_mb"] else "–"
+                    lines.append(f"| {partitioner} | {parts} | {p['peak_mb']:.0f} | {target} | {p['partition_phase_peak_mb']:.0f} | "
+                                 f"{ph['scan']:.0f} / {ph['halo']:.0f} / {ph['write']:.0f} | {own} | {p['seconds']:.0f} | "
+                                 f"{p['edge_cut']:,} | {p['balance']:.3f} |")  # fmt: skip
+            first = next(iter(next(iter(s["partition"].values())).values()))
             if first.get("csr_mb"):
-                lines += ["", f"The CSR given to METIS: {first['csr_mb']:.0f} MiB; the node features: {first['features_mb']:.0f} MiB."]
+                lines += ["", f"The CSR (int64) the partitioners start from: {first['csr_mb']:.0f} MiB; the node features: "
+                          f"{first['features_mb']:.0f} MiB; idle process {first['idle_mb']:.0f} MiB."]  # fmt: skip
             lines.append("")
-        for kind, title in (("directory", "Training from the partition directory (real ranks, one epoch, "),
-                            ("replay", "Every rank's training step replayed in its own process, one after the other (")):  # fmt: skip
+        for kind, title in (("directory", "Training from the partition directory, real ranks, one epoch"),
+                            ("replay", "Every rank's training step replayed in its own process, one after the other")):  # fmt: skip
             if not s[kind]:
                 continue
-            lines += [title + "GraphSAGE hidden 64, `sparse=True`, bits=32; MiB; *own* = part file + model + gradients + "
-                      "Adam state):", "",
-                      "| ranks | peak RSS per rank | idle | above idle | part file | model + grad + Adam | peak / own | "
-                      "above idle / own | anon / file pages at peak |",
-                      "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
-            for world, d in sorted(s[kind].items(), key=lambda kv: int(kv[0])):
-                rs = d["ranks"]
-                own = [r["part_mb"] + r.get("model_opt_mb", 0.14) for r in rs]
-                peak = [r["peak_mb"] for r in rs]
-                above = [r["peak_mb"] - r["idle_mb"] for r in rs]
-                comp = (f"{max(r['anon_at_peak_mb'] for r in rs):.0f} / {max(r['file_at_peak_mb'] for r in rs):.0f}"
-                        if "anon_at_peak_mb" in rs[0] else "–")  # fmt: skip
-                lines.append(
-                    f"| {world} | {min(peak):.0f}–{max(peak):.0f} | {rs[0]['idle_mb']:.0f} | {min(above):.0f}–{max(above):.0f} | "
-                    f"{min(r['part_mb'] for r in rs):.0f}–{max(r['part_mb'] for r in rs):.0f} | {rs[0].get('model_opt_mb', 0.14):.2f} | "
-                    f"{max(p / o for p, o in zip(peak, own)):.2f} | {max(a / o for a, o in zip(above, own)):.2f} | {comp} |"
-                )  # fmt: skip
+            lines += [title + " (GraphSAGE hidden 64, fused mean aggregation, bits=32; MiB above the idle process; "
+                      "*bound*: part pages read + the values of one adjacency and its transpose + activations autograd saves + model + gradients + Adam state):", "",
+                      "| partitioner | ranks | part file | bound | peak | peak / bound | resident after the step | resident / bound "
+                      "| anon / file pages at peak |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+            for partitioner, runs in sorted(s[kind].items()):
+                for world, d in sorted(runs.items(), key=lambda kv: int(kv[0])):
+                    rs = d["ranks"]
+                    comp = (f"{max(r['anon_at_peak_mb'] for r in rs):.0f} / {max(r['file_at_peak_mb'] for r in rs):.0f}"
+                            if rs[0].get("anon_at_peak_mb") is not None else "–")  # fmt: skip
+                    lines.append(
+                        f"| {partitioner} | {world} | {_span([r['part_mb'] for r in rs])} | {_span([r['bound_mb'] for r in rs])} | "
+                        f"{_span([r['above_idle_mb'] for r in rs])} | {max(r['peak_over_bound'] for r in rs):.2f} | "
+                        f"{_span([r['resident_above_idle_mb'] for r in rs])} | {max(r['resident_over_bound'] for r in rs):.2f} | {comp} |"
+                    )  # fmt: skip
             lines.append("")
         if s["file"]:
             lines += ["A saved `Data` given by path (`HaloDataModule(\"graph.pt\")`; *cold*: rank 0 partitions in `prepare_data`, "
-                      "*warm*: the cache exists; *before*: the code before partition directories). Above the idle baseline, MiB:", "",
-                      "| run | ranks | graph file | data loading (prepare_data + setup), per rank | peak, per rank | max peak above idle / graph |",
+                      "*warm*: the cache exists; *before*: the code before partition directories; measured with format 3, "
+                      "not re-run). Above the idle baseline, MiB:", "",
+                      "| run | ranks | graph file | data loading, per rank | peak, per rank | max peak above idle / graph |",
                       "|---|---:|---:|---|---|---:|"]  # fmt: skip
             for name, f in sorted(s["file"].items(), key=lambda kv: (int(kv[0].split("-")[-1]), kv[0])):
                 load = ", ".join(f"{r['load_above_idle_mb']:.0f}" for r in f["ranks"])
@@ -692,6 +750,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         t.add_argument("--hidden", type=int, default=64)
         if name == "train":
             t.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
+            t.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
         else:
             t.add_argument("--graph", required=True)
             t.add_argument("--ranks", type=int, default=4)
@@ -699,13 +758,15 @@ def main(argv: Optional[list[str]] = None) -> None:
             t.add_argument("--tag", default=None)
     b = sub.add_parser("breakdown")
     b.add_argument("--label", required=True)
-    b.add_argument("--ranks", type=int, default=2, help="the partition directory parts-<ranks> of the label")
+    b.add_argument("--ranks", type=int, default=2, help="the partition directory of the label into this many parts")
     b.add_argument("--part", type=int, default=0)
     b.add_argument("--hidden", type=int, default=64)
+    b.add_argument("--partitioner", default="metis")
     rp = sub.add_parser("replay")
     rp.add_argument("--label", required=True)
     rp.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
     rp.add_argument("--hidden", type=int, default=64)
+    rp.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
     r = sub.add_parser("report")
     r.add_argument("--labels", nargs="*")
     r.add_argument("--page", default=None)
@@ -741,11 +802,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     elif a.cmd == "replay":
         cmd_replay(a)
     elif a.cmd == "breakdown":
-        steps = breakdown(str(TMP / "memory" / a.label / f"parts-{a.ranks}"), a.part, a.hidden)
-        target = RESULTS / a.label / f"breakdown-{a.ranks}.json"
-        target.write_text(json.dumps({"ranks": a.ranks, "part": a.part, "hidden": a.hidden, "steps": steps}, indent=1))
-        for st in steps:
-            print(f"{st['step']:32s} peak {st['peak_mb']:7.0f} MB  after {st['rss_mb']:7.0f} (anon {st['anon_mb']:.0f}, file {st['file_mb']:.0f})")
+        rec = breakdown(str(parts_dir(a.label, a.ranks, a.partitioner)), a.part, a.hidden)
+        target = RESULTS / a.label / f"breakdown-{a.partitioner}-{a.ranks}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps({"ranks": a.ranks, "part": a.part, "hidden": a.hidden, **rec}, indent=1))
+        for st in rec["steps"]:
+            print(f"{st['step']:45s} peak {st['peak_mb']:7.0f} MB  after {st['rss_mb']:7.0f} (anon {st['anon_mb']:.0f}, file {st['file_mb']:.0f})")
+        print(f"bound {rec['bound'] / MB:.0f} MB: part pages {rec['part_pages'] / MB:.0f}, adjacency values "
+              f"{rec['adjacency_bytes'] / MB:.0f}, saved activations "
+              f"{rec['saved_bytes'] / MB:.0f}, model + grad + Adam {(rec['model_bytes'] * 2 + rec['optimizer_bytes']) / MB:.1f}")
     else:
         cmd_report(a)
 

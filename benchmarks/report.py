@@ -440,8 +440,8 @@ def write_report(results: Path, page: Path) -> None:
             p = json.loads(pj.read_text())
             part += [f"Partitioning through `HaloDataModule` ({p['nodes']:,} nodes, {p['edges']:,} edges; graph loaded in "
                      f"{p['load_s']:.1f} s): "
-                     + ", ".join(f"{k} parts: " + (f"METIS {v['metis_s']:.1f} s + halo planning {v['halo_s']:.1f} s + cache write "
-                                                   f"{v['write_s']:.1f} s, " if "metis_s" in v else "(cached), ")
+                     + ", ".join(f"{k} parts: " + (f"{v.get('partitioner', 'metis')} {v.get('partition_s', v.get('metis_s', 0)):.1f} s + halo planning {v['halo_s']:.1f} s + cache write "
+                                                   f"{v['write_s']:.1f} s, " if "halo_s" in v else "(cached), ")
                                  + f"edge cut {v['edge_cut']:,}, halo rows {v['halo_rows']:,}, balance {v['balance']:.3f}"
                                  for k, v in p.items() if isinstance(v, dict))
                      + f"; peak RSS {p['peak_rss_mb']:.0f} MB (graph alone {p['graph_rss_mb']:.0f} MB).", ""]  # fmt: skip

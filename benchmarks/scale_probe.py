@@ -46,7 +46,7 @@ def main() -> None:
         row = {"cached": cached, "build_s": total, "edge_cut": stats["edge_cut"], "halo_rows": stats["halo_rows"],
                "balance": stats["balance"]}  # fmt: skip
         if not cached:
-            row.update(manifest["timings"])
+            row.update(manifest["timings"], partitioner=manifest["partitioned_with"]["partitioner"])
         out[str(parts)] = row
         print(json.dumps({parts: row}), file=sys.stderr, flush=True)
     out["peak_rss_mb"] = _rss_mb()

@@ -368,7 +368,8 @@ class HaloQuantStrategy(DDPStrategy):
         trainer = self._trainer()
         epoch = int(trainer.current_epoch) if trainer is not None else 0
         mode = self._policy.mode_at(epoch) if training else "sync"
-        self.exchanger.begin_step(training, epoch, mode, self._policy.smoothing)
+        # a run synchronous throughout never reads old halo rows: the slots do not keep them
+        self.exchanger.begin_step(training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync")
         return batch
 
     def _check_plans(self, part: HaloPartition) -> None:

@@ -66,7 +66,7 @@ def test_scale_and_soak_commands(tmp_path: Path) -> None:
     assert scale.returncode == 0, scale.stdout[-3000:] + scale.stderr[-3000:]
     part = json.loads((tmp_path / "results" / "sbm-4000" / "partition.json").read_text())
     assert part["nodes"] == 4000 and part["edges"] == 4000 * 12 * 2
-    assert part["2"]["cached"] is False and part["2"]["metis_s"] > 0 and 1.0 <= part["2"]["balance"] < 1.1
+    assert part["2"]["cached"] is False and part["2"]["partition_s"] > 0 and part["2"]["partitioner"] == "metis" and 1.0 <= part["2"]["balance"] < 1.1
     rec = json.loads((tmp_path / "results" / "sbm-4000" / "2n-local" / "sage-b1-sync.json").read_text())
     assert len(rec["ranks"]) == 2 and rec["summary"]["bytes_per_epoch"] > 0
 

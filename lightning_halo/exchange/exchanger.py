@@ -158,12 +158,16 @@ class HaloExchanger:
         self._plans[direction] = plan
 
     # ------------------------------------------------------------------ steps
-    def begin_step(self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0) -> None:
+    def begin_step(
+        self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0, keep_history: bool = True
+    ) -> None:
         """Called by the strategy before each training/validation/test/predict step.
 
         ``mode`` and ``smoothing`` come from the schedule's
         :class:`~lightning_halo.exchange.policy.HaloPolicy` (checked there). A new training epoch
-        starts the meter's epoch counts; evaluation steps are always ``"sync"``.
+        starts the meter's epoch counts; evaluation steps are always ``"sync"``. ``keep_history``:
+        whether synchronous steps keep their rows for later stale ones (not needed by a run that
+        is synchronous throughout, see :meth:`~lightning_halo.exchange.slots.SlotTable.set_history`).
         """
         if training and epoch != self._epoch:
             self.meter.reset_epoch()
@@ -171,6 +175,8 @@ class HaloExchanger:
             self._epoch = epoch
         self._training, self._mode = training, mode if training else "sync"
         self._slots.set_smoothing(smoothing)
+        if training:
+            self._slots.set_history(keep_history)
         self._slot_index = 0
         self._anchors.clear()
 

@@ -55,6 +55,16 @@ class SlotTable:
         self.wire = wire
         self.slots: list[Slot] = []
         self.smoothing = 0.0
+        self.keep_history = True
+
+    def set_history(self, keep: bool) -> None:
+        """Whether a synchronous step keeps its rows and gradients for later stale steps.
+
+        A run that is synchronous throughout never reads them: not keeping them frees each
+        layer's halo rows and gradients between steps (``halo`` and ``grad`` stay ``None``, so a
+        later stale step, e.g. after a switch of mode, starts with a synchronous exchange).
+        """
+        self.keep_history = bool(keep)
 
     def set_smoothing(self, smoothing: float) -> None:
         """Weight of the old rows/gradients when a stale exchange lands (``0``: keep only the new).
@@ -102,7 +112,7 @@ class SlotTable:
             )
             return stale
         halo = self.wire.exchange(send, bits, *counts, slot.layer, "fwd", generator)
-        slot.halo, slot.fresh_epoch = halo.detach(), epoch
+        slot.halo, slot.fresh_epoch = (halo.detach() if self.keep_history or mode != "sync" else None), epoch
         return halo
 
     def backward(
@@ -130,7 +140,7 @@ class SlotTable:
             )
             return recv
         recv = self.wire.exchange(grad_halo, bits, *counts, layer, "bwd", generator)
-        if slot is not None:
+        if slot is not None and (self.keep_history or mode != "sync"):
             slot.grad = recv
         return recv
 

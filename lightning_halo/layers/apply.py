@@ -31,6 +31,7 @@ from lightning_halo.layers.edges import EdgeSet, PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
 from lightning_halo.layers.registry import LayerSpec, Normalization
 from lightning_halo.partition.adjacency import Reduce
+from lightning_halo.partition.halo_partition import stacked_view
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,20 @@ def with_halo(x: Any, feed: str, fetch: Callable[[Tensor], Tensor]) -> Any:
     if feed == "steps":
         return x  # its halo is fetched before every propagation instead
     if isinstance(x, Tensor):
-        full = torch.cat([x, fetch(x)], dim=0)
+        full = join(x, fetch(x))
         return (full, x) if feed == "bipartite" else full
     x_src, x_dst = x
-    return (torch.cat([x_src, fetch(x_src)], dim=0), x_dst)
+    return (join(x_src, fetch(x_src)), x_dst)
+
+
+def join(x: Tensor, halo: Tensor) -> Tensor:
+    """``[x; halo]``: a view when neither needs a gradient and the halo follows ``x`` in memory
+    (a partition's ``x`` and its stored ``halo_x``: no copy of the input features), else a copy."""
+    if not (x.requires_grad or halo.requires_grad):
+        view = stacked_view(x, halo)
+        if view is not None:
+            return view
+    return torch.cat([x, halo], dim=0)
 
 
 def normalized_edges(
@@ -110,6 +121,32 @@ def wrapped_adjacency(target: EdgeSet, user: Tensor) -> FusedAdjacency:
     return target.memo.get_or_build("wrapped", (user,), build)
 
 
+def stored_adjacency(call: LayerCall, norm: Optional[Normalization], ei: Optional[Tensor], w: Optional[Tensor]) -> Optional[FusedAdjacency]:
+    """The fused adjacency from the partition's stored CSR (:mod:`~lightning_halo.layers.stored`), if it serves this call.
+
+    It serves the in-edges (not a user's sparse adjacency) for ``sum``/``mean`` aggregations and
+    GCN's normalisation; kept per edge set like the built ones.
+    """
+    target, agg = call.edges, call.aggregation
+    stored = target.stored
+    if stored is None or call.sparse_values is not None or not agg.fused:
+        return None
+    if norm is None:
+        if agg.reduce not in ("sum", "mean"):
+            return None
+        key: Hashable = ("stored", agg.reduce, call.n_dst, call.dtype)
+        return target.memo.get_or_build(key, (call.weight,), lambda: stored.raw(call.weight, agg.reduce, call.n_dst, call.dtype))  # type: ignore[arg-type]
+    if norm.rule != "gcn" or ei is None or w is None:
+        return None
+    key = ("stored", norm, call.n_dst, call.dtype)
+
+    def build() -> Optional[FusedAdjacency]:
+        with torch.no_grad():
+            return stored.normalized(target.edge_index, ei, w, call.n_dst, norm.add_self_loops)
+
+    return target.memo.get_or_build(key, (call.weight,), build)
+
+
 def layer_edges(
     call: LayerCall, given: Any, edges: PartitionEdges, collectives: Collectives, plan: ExchangePlan
 ) -> LayerEdges:
@@ -120,7 +157,8 @@ def layer_edges(
     if norm is not None:
         ei, w = normalized_edges(call, norm, edges, collectives, plan)
         if agg.fused:
-            return LayerEdges(fused_adjacency(target, ei, w, call.n_dst, "sum", call.dtype, ("norm", norm)))
+            adj = stored_adjacency(call, norm, ei, w)
+            return LayerEdges(adj if adj is not None else fused_adjacency(target, ei, w, call.n_dst, "sum", call.dtype, ("norm", norm)))
         return LayerEdges(ei.flip(0) if call.flipped else ei, w)
     if sparse:
         if not agg.fused:
@@ -129,7 +167,8 @@ def layer_edges(
             return LayerEdges(wrapped_adjacency(target, given))
         return LayerEdges(fused_adjacency(target, canonical, call.weight, call.n_dst, "sum", call.dtype, "user", given))
     if agg.reduce is not None:
-        return LayerEdges(fused_adjacency(target, canonical, call.weight, call.n_dst, agg.reduce, call.dtype, "raw"))
+        adj = stored_adjacency(call, None, None, None)
+        return LayerEdges(adj if adj is not None else fused_adjacency(target, canonical, call.weight, call.n_dst, agg.reduce, call.dtype, "raw"))
     return LayerEdges(canonical.flip(0) if call.flipped else canonical, call.weight)
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from lightning_halo._compat.torch import tensor_version
 from lightning_halo.exchange import Collectives, Direction, ExchangePlan, HaloExchanger
+from lightning_halo.layers.stored import StoredCSR
 from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.halo_partition import PLAN_KEYS, HaloPartition
 
@@ -43,6 +44,8 @@ class EdgeSet:
         n_src: inner + halo nodes of this direction.
         attrs: the partition's edge-level tensors, aligned with ``edge_index``.
         memo: what the layer calls computed from these edges (normalised weights, fused adjacencies).
+        stored: the CSR and transpose the partition carries for these edges, if any (the in-edges
+            of a partition built by lightning-halo).
     """
 
     direction: Direction
@@ -51,6 +54,7 @@ class EdgeSet:
     n_src: int
     attrs: dict[str, Tensor] = field(default_factory=dict)
     memo: TensorMemo = field(default_factory=TensorMemo)
+    stored: Optional[StoredCSR] = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class PartitionEdges:
             and v.size(0) == part.edge_index.size(1)
         }
         self.sets: dict[Direction, EdgeSet] = {
-            "in": EdgeSet("in", part.edge_index, n_inner, n_inner + int(part.n_halo), attrs)
+            "in": EdgeSet("in", part.edge_index, n_inner, n_inner + int(part.n_halo), attrs, stored=StoredCSR.of(part))
         }
         self._version = tensor_version(part.edge_index)
         self._flipped: Optional[Tensor] = None

@@ -142,6 +142,31 @@ class FusedAdjacency(Tensor):
         return FusedAdjacency.wrap(csr(crow, uniq - row * n_src, summed, (n_dst, n_src)))
 
     @staticmethod
+    def from_csr(
+        crow: Tensor,
+        col: Tensor,
+        values: Tensor,
+        size: tuple[int, int],
+        transpose: Optional[tuple[Tensor, Tensor, Tensor]] = None,
+    ) -> FusedAdjacency:
+        r"""An adjacency from sorted, duplicate-free CSR parts, with its transpose's pattern if known.
+
+        Args:
+            crow (Tensor): ``[n_dst + 1]`` row offsets.
+            col (Tensor): ``[nnz]`` sources, sorted within each row (``crow``'s dtype).
+            values (Tensor): ``[nnz]`` values, as :meth:`build` would compute them.
+            size (tuple): ``(n_dst, n_src)``.
+            transpose (tuple, optional): ``(t_crow, t_col, t_perm)``: the transpose's row offsets
+                ``[n_src + 1]``, its columns ``[nnz]`` and, for each of its entries, the entry of
+                this matrix it holds. Given, the backward's transpose is this pattern with the
+                values permuted instead of a conversion at first use.
+        """
+        adj = FusedAdjacency.wrap(csr(crow, col, values, size))
+        if transpose is not None:
+            adj.__dict__["_transpose"] = transpose
+        return adj
+
+    @staticmethod
     def wrap(a: Tensor) -> FusedAdjacency:
         """View a ``torch.sparse_csr`` tensor as a :class:`FusedAdjacency` (no copy)."""
         if a.layout != torch.sparse_csr:
@@ -166,9 +191,18 @@ class FusedAdjacency(Tensor):
                     nnz = (crow[1:] - crow[:-1]).clamp(min=1)
                     val = val / torch.repeat_interleave(nnz.to(val.dtype), crow[1:] - crow[:-1])
                 a = csr(crow, col, val.to(dtype), tuple(base.shape))  # type: ignore[arg-type]
-                hit = (a, transpose_csr(a))
+                hit = (a, self._transposed(a, device))
             kernels[key] = hit
         return hit
+
+    def _transposed(self, a: Tensor, device: torch.device) -> Tensor:
+        """:math:`A^\top` of the product's CSR ``a``: from the known pattern if there is one, else converted."""
+        pattern = self.__dict__.get("_transpose")
+        if pattern is None:
+            return transpose_csr(a)
+        t_crow, t_col, t_perm = (t.to(device) for t in pattern)
+        n_dst, n_src = a.shape
+        return csr(t_crow, t_col, a.values()[t_perm.long()], (n_src, n_dst))
 
     def matmul_reduce(self, x: Tensor, reduce: Optional[str] = "sum") -> Tensor:
         """``torch.sparse.mm(self, x, reduce)`` with the cached-transpose backward for sum/mean."""

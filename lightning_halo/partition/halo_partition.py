@@ -63,6 +63,23 @@ def tensor_digest(t: Tensor) -> str:
     return h.hexdigest()
 
 
+
+def stacked_view(top: Tensor, bottom: Tensor) -> Tensor | None:
+    """``torch.cat([top, bottom])`` as a view, if ``bottom``'s rows follow ``top``'s in one storage; else ``None``.
+
+    A partition's ``x`` and ``halo_x`` are such views (one tensor in the part file), so the
+    first layer's input ``[x; halo_x]`` costs no copy.
+    """
+    if top.shape[1:] != bottom.shape[1:] or top.dtype != bottom.dtype or top.device != bottom.device:
+        return None
+    if not (top.is_contiguous() and bottom.is_contiguous()) or top.dim() == 0:
+        return None
+    if top.untyped_storage().data_ptr() != bottom.untyped_storage().data_ptr():
+        return None
+    if bottom.storage_offset() != top.storage_offset() + top.numel():
+        return None
+    return top.as_strided((top.size(0) + bottom.size(0), *top.shape[1:]), top.stride(), top.storage_offset())
+
 class HaloPartition(Data):
     r"""One rank's share of the graph: its *inner* nodes, their *halo* and the exchange plan.
 
@@ -149,15 +166,9 @@ class HaloPartition(Data):
         ``None`` otherwise (e.g. after ``batch.x`` was replaced).
         """
         x, halo = self.get("x"), self.get("halo_x")
-        if not isinstance(x, Tensor) or not isinstance(halo, Tensor) or x.shape[1:] != halo.shape[1:] or x.dtype != halo.dtype:
+        if not isinstance(x, Tensor) or not isinstance(halo, Tensor):
             return None
-        if not (x.is_contiguous() and halo.is_contiguous()) or x.device != halo.device:
-            return None
-        if x.untyped_storage().data_ptr() != halo.untyped_storage().data_ptr():
-            return None
-        if halo.storage_offset() != x.storage_offset() + x.numel():
-            return None
-        return x.as_strided((x.size(0) + halo.size(0), *x.shape[1:]), x.stride(), x.storage_offset())
+        return stacked_view(x, halo)
 
     def apply(self, func: Any, *args: str) -> HaloPartition:
         """As :meth:`Data.apply`, but ``x`` and ``halo_x`` stay views of one tensor (e.g. through ``.to("cuda")``)."""
@@ -170,7 +181,8 @@ class HaloPartition(Data):
         if rest:
             super().apply(func, *rest)
         moved = func(rows)
-        self.x, self.halo_x = moved[:n], moved[n:]
+        if moved is not rows:  # unchanged (e.g. .to() on the same device): keep the very objects, caches key on them
+            self.x, self.halo_x = moved[:n], moved[n:]
         return self
 
     def to_state(self) -> dict[str, Any]:

@@ -28,12 +28,13 @@ def _peer(rank: int, epoch: int) -> float:
     return 10.0 * epoch + (1 - rank)
 
 
-def _epochs(modes: list[str], smoothing: float = 0.0):
+def _epochs(modes: list[str], smoothing: float = 0.0, keep_history: bool = True):
     """Every rank runs one forward and one backward exchange per epoch in the given modes."""
 
     def rank_fn(rank, wire):
         table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
         table.set_smoothing(smoothing)
+        table.set_history(keep_history)
         seen = []
         for epoch, mode in enumerate(modes):
             send = _rows(rank, epoch)
@@ -54,6 +55,17 @@ def test_sync_returns_this_epochs_rows_and_gradients() -> None:
         assert [s[1] for s in seen] == [-_peer(rank, e) for e in range(3)]
         assert [s[2] for s in seen] == [0, 0, 0]
         assert [s[3] for s in seen] == [2 * BYTES, 4 * BYTES, 6 * BYTES]
+
+
+def test_a_run_synchronous_throughout_keeps_no_rows_between_steps() -> None:
+    for rank, (seen, table) in enumerate(_epochs(["sync"] * 3, keep_history=False)):
+        assert [s[0] for s in seen] == [_peer(rank, e) for e in range(3)]
+        assert [s[1] for s in seen] == [-_peer(rank, e) for e in range(3)]
+        slot = table.slots[0]
+        assert slot.halo is None and slot.grad is None and slot.fresh_epoch == 2
+    # without history, a later stale epoch has no rows to reuse: it exchanges synchronously
+    for rank, (seen, _) in enumerate(_epochs(["sync", "pipelined"], keep_history=False)):
+        assert [s[0] for s in seen] == [_peer(rank, 0), _peer(rank, 1)]
 
 
 def test_pipelined_uses_last_epochs_rows_while_this_epochs_travel_then_sync_is_fresh() -> None:
