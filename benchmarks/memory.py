@@ -25,6 +25,7 @@ any data. Results: ``benchmarks/results/memory/<label>/*.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -121,18 +122,19 @@ def saved_tensor_hooks(record: dict[str, Any], exclude: Any) -> Any:
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
-def memory_bound(part_pages: int, adjacency: int, saved: int, model: int, grads: int, optimizer: int) -> int:
+def memory_bound(part_pages: int, adjacency: int, saved: int, halo: int, model: int, grads: int, optimizer: int) -> int:
     r"""The bytes a training rank cannot avoid: what its step reads of the part files (mapped pages:
     features, labels, the stored CSR pattern of the adjacency and its transpose), the values of one
-    adjacency and of its transpose, the activations autograd saves for backward, the model, its
-    gradients and the optimizer state. The measured peak is compared with this (above the idle
-    process), as the kernel bound is with compute time.
+    adjacency and of its transpose, the activations autograd saves for backward, one block of halo
+    rows as a layer receives them (in backward: the halo gradients it sends back; never both at
+    once), the model, its gradients and the optimizer state. The measured peak is compared with
+    this (above the idle process), as the kernel bound is with compute time.
 
     Example:
-        >>> memory_bound(100, 20, 50, 4, 4, 8)
-        186
+        >>> memory_bound(100, 20, 50, 10, 4, 4, 8)
+        196
     """
-    return part_pages + adjacency + saved + model + grads + optimizer
+    return part_pages + adjacency + saved + halo + model + grads + optimizer
 
 
 def adjacency_values_bytes(part: Any, element_size: int = 4) -> int:
@@ -369,8 +371,9 @@ def rank_main(a: argparse.Namespace) -> None:
               if isinstance(v, torch.Tensor))  # fmt: skip
     record["model_bytes"], record["grad_bytes"], record["optimizer_bytes"] = params, params, opt
     record["adjacency_bytes"] = adjacency_values_bytes(dm.partition)
-    record["bound"] = memory_bound(record.get("part_pages", 0), record["adjacency_bytes"], record.get("saved_bytes", 0), params,
-                                   params, opt)  # fmt: skip
+    record["halo_bytes"] = int(dm.partition.n_halo) * a.hidden * 4  # layer 2's halo rows (layer 1's: the part file)
+    record["bound"] = memory_bound(record.get("part_pages", 0), record["adjacency_bytes"], record.get("saved_bytes", 0),
+                                   record["halo_bytes"], params, params, opt)  # fmt: skip
     if hasattr(dm, "cache_for"):  # this checkout's partition directories (not in the code before them)
         directory = Path(a.data) if a.cache_dir is None else dm.cache_for(world).dir
         manifest = json.loads((directory / "manifest.json").read_text())
@@ -420,9 +423,10 @@ def cmd_train(a: argparse.Namespace) -> None:
             directory = parts_dir(a.label, world, partitioner)
             if not (directory / "manifest.json").is_file():
                 raise SystemExit(f"{directory} does not exist: run `python -m benchmarks.memory partition` first")
-            target = RESULTS / a.label / f"train-dir-{partitioner}-{world}.json"
+            suffix = f"-{a.variant}" if a.variant else ""
+            target = RESULTS / a.label / f"train-dir-{partitioner}-{world}{suffix}.json"
             rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden)
-            rec["partitioner"] = partitioner
+            rec["partitioner"], rec["variant"] = partitioner, a.variant
             target.write_text(json.dumps(rec, indent=1))
             print(f"{a.label} {partitioner}, {world} ranks: {_line(rec)}", flush=True)
 
@@ -447,7 +451,7 @@ def _run(cmd: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------- breakdown
-def breakdown(directory: str, part_id: int, hidden: int) -> dict[str, Any]:
+def breakdown(directory: str, part_id: int, hidden: int, epochs: int = 1) -> dict[str, Any]:
     """Where one rank's memory goes: its training step replayed in one process, step by step.
 
     The rank's part is loaded as in training (memory-mapped) and one GraphSAGE step (two
@@ -492,30 +496,36 @@ def breakdown(directory: str, part_id: int, hidden: int) -> dict[str, Any]:
     opt = torch.optim.Adam(params)
     ptrs = {p.untyped_storage().data_ptr() for p in params}
     ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
-    hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in ptrs or any(lo <= st.data_ptr() < hi for lo, hi in ranges))
-    with hooks:
-        x_all = join(part.x, part.halo_x)
-        mark("[x; halo_x]: layer 1 input (a view)")
-        h = conv1((x_all, part.x), adj).relu()
-        del x_all  # as in a model: the layer's input is dropped when it returns (autograd keeps what it saved)
-        mark("layer 1")
-        h_all = join(h, h.new_zeros(n_halo, hidden))
-        mark("layer 2 input (with halo rows)")
-        out = conv2((h_all, h), adj)
-        del h_all
-        loss = F.cross_entropy(out[part.train_mask], part.y[part.train_mask])
-        mark("layer 2 + loss")
-    loss.backward()
-    mark("backward (transpose from the stored pattern)")
-    opt.step()
-    mark("Adam step")
+    for epoch in range(epochs):  # the first epoch counts what autograd saves; later ones show the peak is steady
+        tag = "" if epochs == 1 else f"epoch {epoch}: "
+        exclude = lambda st: st.data_ptr() in ptrs or any(lo <= st.data_ptr() < hi for lo, hi in ranges)  # noqa: E731
+        hooks = saved_tensor_hooks(record, exclude) if epoch == 0 else contextlib.nullcontext()
+        opt.zero_grad(set_to_none=True)
+        with hooks:
+            x_all = join(part.x, part.halo_x)
+            mark(tag + "[x; halo_x]: layer 1 input (a view)")
+            h = conv1((x_all, part.x), adj).relu()
+            del x_all  # as in a model: the layer's input is dropped when it returns (autograd keeps what it saved)
+            mark(tag + "layer 1")
+            h_all = join(h, h.new_zeros(n_halo, hidden))
+            mark(tag + "layer 2 input (with halo rows)")
+            out = conv2((h_all, h), adj)
+            del h_all
+            loss = F.cross_entropy(out[part.train_mask], part.y[part.train_mask])
+            mark(tag + "layer 2 + loss")
+        loss.backward()
+        mark(tag + "backward (transpose from the stored pattern)")
+        opt.step()
+        del h, out, loss
+        mark(tag + "Adam step")
     model = sum(p.numel() * p.element_size() for p in params)
     state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
     pages = sum(rss for _, _, rss in mappings(files))
     adjacency = adjacency_values_bytes(part)
+    halo = n_halo * hidden * 4  # layer 2's halo rows (layer 1's come from the part file: pages)
     return {"steps": rows, "part_pages": pages, "adjacency_bytes": adjacency, "saved_bytes": record["saved_bytes"],
-            "model_bytes": model, "grad_bytes": model, "optimizer_bytes": state, "n_inner": n_in, "n_halo": n_halo,
-            "bound": memory_bound(pages, adjacency, record["saved_bytes"], model, model, state)}  # fmt: skip
+            "halo_bytes": halo, "model_bytes": model, "grad_bytes": model, "optimizer_bytes": state, "n_inner": n_in,
+            "n_halo": n_halo, "bound": memory_bound(pages, adjacency, record["saved_bytes"], halo, model, model, state)}  # fmt: skip
 
 
 def cmd_replay(a: argparse.Namespace) -> None:
@@ -528,14 +538,14 @@ def cmd_replay(a: argparse.Namespace) -> None:
             parts = []
             for p in range(world):
                 _run([sys.executable, "-m", "benchmarks.memory", "breakdown", "--label", a.label, "--ranks", str(world),
-                      "--part", str(p), "--hidden", str(a.hidden), "--partitioner", partitioner])  # fmt: skip
+                      "--part", str(p), "--hidden", str(a.hidden), "--partitioner", partitioner, "--epochs", str(a.epochs)])  # fmt: skip
                 target = RESULTS / a.label / f"breakdown-{partitioner}-{world}.json"
                 rec = json.loads(target.read_text())
                 target.unlink()
                 rec["part_bytes"] = manifest["files"][f"part_{p}.pt"]["bytes"]
                 rec["adj_bytes"] = manifest["files"][f"adj_{p}.pt"]["bytes"]
                 parts.append(rec)
-            out = {"world": world, "partitioner": partitioner, "hidden": a.hidden, "parts": parts}
+            out = {"world": world, "partitioner": partitioner, "hidden": a.hidden, "epochs": a.epochs, "parts": parts}
             (RESULTS / a.label / f"replay-{partitioner}-{world}.json").write_text(json.dumps(out, indent=1))
             cells = ", ".join(f"{max(st['peak_mb'] for st in r['steps']):.0f} (bound {r['bound'] / MB:.0f})" for r in parts)
             print(f"{a.label} {partitioner} replay, {world} parts: peak MB per rank {cells}", flush=True)
@@ -588,7 +598,8 @@ def summarise(label: str) -> dict[str, Any]:
         ranks = [_rank_summary(x["rank"], x["peak_rss"] / MB, x["idle_rss"] / MB, max(x["resident_after_step"]) / MB,
                                x.get("part_bytes", 0) / MB, x["bound"] / MB, x["at_peak"]["RssAnon"] / MB,
                                x["at_peak"]["RssFile"] / MB) for x in r["ranks"]]  # fmt: skip
-        out["directory"].setdefault(r["partitioner"], {})[r["world"]] = {"world": r["world"], "seconds": r["seconds"], "ranks": ranks}
+        group = r["partitioner"] + (f", {r['variant']}" if r.get("variant") else "")
+        out["directory"].setdefault(group, {})[r["world"]] = {"world": r["world"], "seconds": r["seconds"], "ranks": ranks}
     for f in sorted(folder.glob("replay-*-*.json")):
         r = json.loads(f.read_text())
         ranks = []
@@ -596,7 +607,7 @@ def summarise(label: str) -> dict[str, Any]:
             steps = rec["steps"]
             ranks.append(_rank_summary(p, max(st["peak_mb"] for st in steps), steps[0]["rss_mb"], steps[-1]["rss_mb"],
                                        rec["part_bytes"] / MB, rec["bound"] / MB) | {"steps": steps})  # fmt: skip
-        out["replay"].setdefault(r["partitioner"], {})[r["world"]] = {"world": r["world"], "ranks": ranks}
+        out["replay"].setdefault(r["partitioner"], {})[r["world"]] = {"world": r["world"], "epochs": r.get("epochs", 1), "ranks": ranks}
     for f in sorted(folder.glob("train-*-*-*.json")):
         if f.name.startswith("train-dir-"):
             continue
@@ -632,7 +643,7 @@ def plot(summaries: list[dict[str, Any]], path: Path) -> None:
                 worlds, peak = _curve(runs, "above_idle_mb")
                 (line,) = ax.plot(worlds, peak, style, label=f"{s['label']} {partitioner}: peak above idle ({'real ranks' if kind == 'directory' else 'replayed'})")
                 _, bound = _curve(runs, "bound_mb")
-                ax.plot(worlds, bound, ":", color=line.get_color(), alpha=0.7, label=f"{s['label']} {partitioner}: bound")
+                ax.plot(worlds, bound, ":x", color=line.get_color(), alpha=0.7, label=f"{s['label']} {partitioner}: bound")
     ax.set_xscale("log", base=2)
     ax.set_xticks([2, 4, 8], ["2", "4", "8"])
     ax.set_xlabel("ranks")
@@ -678,7 +689,8 @@ def markdown(summaries: list[dict[str, Any]]) -> str:
             if not s[kind]:
                 continue
             lines += [title + " (GraphSAGE hidden 64, fused mean aggregation, bits=32; MiB above the idle process; "
-                      "*bound*: part pages read + the values of one adjacency and its transpose + activations autograd saves + model + gradients + Adam state):", "",
+                      "*bound*: part pages read + the values of one adjacency and its transpose + activations autograd saves + one block of halo rows "
+                      "+ model + gradients + Adam state):", "",
                       "| partitioner | ranks | part file | bound | peak | peak / bound | resident after the step | resident / bound "
                       "| anon / file pages at peak |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
@@ -687,8 +699,9 @@ def markdown(summaries: list[dict[str, Any]]) -> str:
                     rs = d["ranks"]
                     comp = (f"{max(r['anon_at_peak_mb'] for r in rs):.0f} / {max(r['file_at_peak_mb'] for r in rs):.0f}"
                             if rs[0].get("anon_at_peak_mb") is not None else "–")  # fmt: skip
+                    steps = f" ({d['epochs']} steps)" if d.get("epochs", 1) > 1 else ""
                     lines.append(
-                        f"| {partitioner} | {world} | {_span([r['part_mb'] for r in rs])} | {_span([r['bound_mb'] for r in rs])} | "
+                        f"| {partitioner} | {world}{steps} | {_span([r['part_mb'] for r in rs])} | {_span([r['bound_mb'] for r in rs])} | "
                         f"{_span([r['above_idle_mb'] for r in rs])} | {max(r['peak_over_bound'] for r in rs):.2f} | "
                         f"{_span([r['resident_above_idle_mb'] for r in rs])} | {max(r['resident_over_bound'] for r in rs):.2f} | {comp} |"
                     )  # fmt: skip
@@ -751,6 +764,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if name == "train":
             t.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
             t.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
+            t.add_argument("--variant", default="", help="a name for the run's setting (e.g. an environment variable set)")
         else:
             t.add_argument("--graph", required=True)
             t.add_argument("--ranks", type=int, default=4)
@@ -762,11 +776,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     b.add_argument("--part", type=int, default=0)
     b.add_argument("--hidden", type=int, default=64)
     b.add_argument("--partitioner", default="metis")
+    b.add_argument("--epochs", type=int, default=1, help="training steps replayed (one per full-graph epoch)")
     rp = sub.add_parser("replay")
     rp.add_argument("--label", required=True)
     rp.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
     rp.add_argument("--hidden", type=int, default=64)
     rp.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
+    rp.add_argument("--epochs", type=int, default=1, help="training steps replayed per rank")
     r = sub.add_parser("report")
     r.add_argument("--labels", nargs="*")
     r.add_argument("--page", default=None)
@@ -802,14 +818,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     elif a.cmd == "replay":
         cmd_replay(a)
     elif a.cmd == "breakdown":
-        rec = breakdown(str(parts_dir(a.label, a.ranks, a.partitioner)), a.part, a.hidden)
+        rec = breakdown(str(parts_dir(a.label, a.ranks, a.partitioner)), a.part, a.hidden, a.epochs)
         target = RESULTS / a.label / f"breakdown-{a.partitioner}-{a.ranks}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps({"ranks": a.ranks, "part": a.part, "hidden": a.hidden, **rec}, indent=1))
         for st in rec["steps"]:
             print(f"{st['step']:45s} peak {st['peak_mb']:7.0f} MB  after {st['rss_mb']:7.0f} (anon {st['anon_mb']:.0f}, file {st['file_mb']:.0f})")
         print(f"bound {rec['bound'] / MB:.0f} MB: part pages {rec['part_pages'] / MB:.0f}, adjacency values "
-              f"{rec['adjacency_bytes'] / MB:.0f}, saved activations "
+              f"{rec['adjacency_bytes'] / MB:.0f}, halo block {rec['halo_bytes'] / MB:.0f}, saved activations "
               f"{rec['saved_bytes'] / MB:.0f}, model + grad + Adam {(rec['model_bytes'] * 2 + rec['optimizer_bytes']) / MB:.1f}")
     else:
         cmd_report(a)
