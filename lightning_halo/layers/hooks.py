@@ -23,6 +23,7 @@ from torch_geometric.nn import MessagePassing
 from lightning_halo._compat.pyg import restore, switch_off
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.layers.apply import LayerEdges, layer_edges, rewrite_arguments, with_halo
+from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.registry import (
@@ -67,6 +68,14 @@ class LayerContext:
     @property
     def bound(self) -> bool:
         return self.edges is not None and self.exchanger.bound
+
+    def norm_rows(self) -> Optional[tuple[int, int, AllSum]]:
+        """What a batch norm needs to be global: the partition's inner and halo row counts and the
+        all-reduce; ``None`` when nothing is to be shared (no partition bound, or one process)."""
+        if not self.exchanger.active:
+            return None
+        plan = self.exchanger.plan()
+        return plan.n_inner, plan.n_halo, self.collectives.all_sum
 
     def fetch(self, x_inner: Tensor, layer: str, direction: Direction, exact: bool) -> Tensor:
         """The halo rows of ``x_inner`` (differentiable)."""
@@ -288,3 +297,9 @@ def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
     specs = check_model(model)
     layers = find_message_passing(model)
     return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
+
+
+def install_batch_norms(model: Module, ctx: LayerContext) -> list[BatchNormHook]:
+    """Make every batch norm of ``model`` normalise over the nodes of all partitions
+    (:mod:`lightning_halo.layers.batchnorm`)."""
+    return [BatchNormHook(module, name, ctx.norm_rows).install() for name, module in find_batch_norms(model).items()]

@@ -118,6 +118,7 @@ def reference_run(
             rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters() if p.grad is not None}
         opt.step()
     rec["params"] = {k: p.detach().clone() for k, p in net.named_parameters()}
+    rec["buffers"] = {k: b.detach().clone() for k, b in net.named_buffers()}
     return rec
 
 
@@ -255,6 +256,10 @@ class ReadyModel(nn.Module):
                                                  norm_kwargs={"mode": "node"}),  # fmt: skip
             "GAT-v2": lambda: m.GAT(d_in, 16, 2, n_cls, v2=True, heads=2),
             "EdgeCNN": lambda: m.EdgeCNN(d_in, 16, 2, n_cls),
+            # PyG's BatchNorm (a torch BatchNorm1d inside), exact through lightning_halo.layers.batchnorm
+            "GIN-batchnorm": lambda: m.GIN(d_in, 16, 3, n_cls, norm="batch_norm"),
+            "GCN-batchnorm-cumulative": lambda: m.GCN(d_in, 16, 3, n_cls, norm="batch_norm",
+                                                      norm_kwargs={"momentum": None}),  # fmt: skip
         }
         self.net = make[name]()
 

@@ -57,6 +57,7 @@ class Recorder(L.LightningModule):
 
     def on_train_end(self):
         self.rec["params"] = {k: p.detach().clone() for k, p in self.net.named_parameters()}
+        self.rec["buffers"] = {k: b.detach().clone() for k, b in self.net.named_buffers()}
 
     # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
     def _eval(self, batch, mask, metric, name):
