@@ -158,6 +158,11 @@ def resolve_edges(edges: PartitionEdges, given: Any, layer: str, flipped: bool) 
     assert res.edges is not None
     target = res.edges
     if flipped:  # it aggregates at edge_index[0]: the other direction's edges, handed over flipped
+        if target.subset:
+            raise UnsupportedEdgesError(
+                f"layer '{layer}' has flow='target_to_source' and was given the edges lightning_halo.dropout_edge "
+                "kept; their reverse is not built on partitions. Use flow='source_to_target' with dropped edges."
+            )
         if res.sparse:
             raise UnsupportedLayerError(
                 f"layer '{layer}' has flow='target_to_source', which PyG does not run on a sparse adjacency."

@@ -114,6 +114,11 @@ class _FirstCachedCall:
         self.seen: Optional[tuple[Direction, Optional[Tensor]]] = None
 
     def check(self, call: LayerCall) -> None:
+        if call.edges.subset:
+            raise UnsupportedLayerError(
+                f"layer '{call.layer}' ({call.cls}) has cached=True and was given the edges lightning_halo.dropout_edge "
+                "kept: PyG would reuse the first call's normalised edges for every later draw. Set cached=False."
+            )
         weight = call.weight
         if self.seen is None:
             self.seen = (call.direction, None if weight is None else weight.detach().clone())

@@ -104,6 +104,9 @@ def reference_run(
     net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=None, loss: str = "mean"
 ) -> dict[str, object]:
     """Single-process plain PyG: logits, loss and gradients at step 0, parameters after ``steps``."""
+    from lightning_halo.layers.dropedge import reset_dropout_edge
+
+    reset_dropout_edge()  # lightning_halo.dropout_edge draws as a fresh process does
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     rec: dict[str, object] = {}
     edges = data.edge_index if edge_index is None else edge_index
@@ -241,6 +244,20 @@ def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tenso
     return torch.bincount(deg)
 
 
+class DropEdgeGCN(nn.Module):
+    """Two GCN layers (normalised over the kept edges) on the edges ``lightning_halo.dropout_edge`` keeps."""
+
+    def __init__(self, d_in: int, n_cls: int, hidden: int = 16, p: float = 0.3) -> None:
+        super().__init__()
+        self.conv1, self.conv2, self.p = GCNConv(d_in, hidden), GCNConv(hidden, n_cls), p
+
+    def forward(self, x, edge_index):
+        from lightning_halo import dropout_edge
+
+        kept, _ = dropout_edge(edge_index, p=self.p, training=self.training)
+        return self.conv2(F.relu(self.conv1(x, kept)), kept)
+
+
 class ReadyModel(nn.Module):
     """A model of ``torch_geometric.nn.models`` as PyG ships it, called with ``(x, edge_index)``."""
 
@@ -258,6 +275,7 @@ class ReadyModel(nn.Module):
             "EdgeCNN": lambda: m.EdgeCNN(d_in, 16, 2, n_cls),
             # PyG's BatchNorm (a torch BatchNorm1d inside), exact through lightning_halo.layers.batchnorm
             "GIN-batchnorm": lambda: m.GIN(d_in, 16, 3, n_cls, norm="batch_norm"),
+            "GCN-dropedge": lambda: DropEdgeGCN(d_in, n_cls),  # not PyG's: DropEdge exact on partitions
             "GCN-batchnorm-cumulative": lambda: m.GCN(d_in, 16, 3, n_cls, norm="batch_norm",
                                                       norm_kwargs={"momentum": None}),  # fmt: skip
         }

@@ -128,7 +128,10 @@ def main() -> None:
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
+    from lightning_halo.layers.dropedge import reset_dropout_edge
+
     for config in args.configs:
+        reset_dropout_edge()  # lightning_halo.dropout_edge draws as a fresh process does
         kind, depth, graph = config.split(":")
         data = graph_by_name(graph, world_size)
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)
