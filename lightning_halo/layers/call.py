@@ -31,7 +31,7 @@ from torch.nn import Module
 
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
-from lightning_halo.layers.registry import Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
+from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.
@@ -138,8 +138,7 @@ def validate_call(layer: str, arguments: Mapping[str, Any], compiling: bool) -> 
     """Refuse what lightning-halo sets itself or could not see."""
     if compiling:
         raise UnsupportedLayerError(
-            f"layer '{layer}' is being compiled (torch.compile): PyG skips its propagate hooks when compiling, so "
-            "lightning-halo could not exchange halos per step nor check the layer. Train without torch.compile."
+            f"layer '{layer}' is being compiled (torch.compile): {COMPILE_REFUSAL}"
         )
     if arguments.get("size") is not None:
         raise ValueError(f"layer '{layer}' was called with size=...; lightning-halo sets sizes itself, drop it.")

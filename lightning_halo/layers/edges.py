@@ -25,6 +25,7 @@ from torch import Tensor
 from lightning_halo._compat.torch import tensor_version
 from lightning_halo.exchange import Collectives, Direction, ExchangePlan, HaloExchanger
 from lightning_halo.layers.dropedge import kept_subset, register_partition_edges
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
 from lightning_halo.layers.stored import StoredCSR
 from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.halo_partition import PLAN_KEYS, HaloPartition
@@ -124,6 +125,8 @@ class PartitionEdges:
         own = self.part.edge_index
         if arg is own:
             if tensor_version(own) != self._version:
+                if torch.compiler.is_compiling():  # traced tensors have versions of their own: not the reason
+                    raise UnsupportedLayerError(f"layer '{layer}' is being compiled (torch.compile): {COMPILE_REFUSAL}")
                 raise UnsupportedEdgesError(
                     f"layer '{layer}': batch.edge_index was changed in place after partitioning, so the partition's "
                     "edges (and its exchange plan) no longer describe it. Change the graph before partitioning."

@@ -21,12 +21,14 @@ from torch.nn import Module
 from torch_geometric.nn import MessagePassing
 
 from lightning_halo._compat.pyg import restore, switch_off
+from lightning_halo._compat.torch import compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.layers.apply import LayerEdges, layer_edges, rewrite_arguments, with_halo
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.registry import (
+    COMPILE_REFUSAL,
     LayerSpec,
     UnsupportedLayerError,
     clear_caches,
@@ -279,6 +281,12 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
         UnsupportedLayerError: naming the first layer (or wrapper module) that cannot run on partitions.
     """
     for name, module in model.named_modules():
+        inner = compiled_original(module)
+        if inner is not None and find_message_passing(inner):
+            raise UnsupportedLayerError(
+                f"'{name or type(model).__name__}' was compiled with torch.compile and holds message-passing layers: "
+                f"{COMPILE_REFUSAL}"
+            )
         why = refused_wrapper(module)
         if why is not None:
             raise UnsupportedLayerError(f"'{name}' ({type(module).__name__}) cannot run on graph partitions: {why}.")

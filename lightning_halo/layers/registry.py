@@ -36,6 +36,14 @@ from torch_geometric.nn import MessagePassing
 from lightning_halo._compat.pyg import clear_layer_caches, propagate_has_fused_branch
 from lightning_halo.partition.adjacency import Reduce
 
+#: Why compiled message passing is refused, and what works instead.
+COMPILE_REFUSAL = (
+    "Dynamo traces the layer's forward hooks into its graph with the tensors of the first trace, and PyG skips "
+    "its propagate hooks when compiling, so lightning-halo could not exchange halos per call nor prove the result "
+    "exact. Compile only the parts of the model without message passing (e.g. self.mlp = torch.compile(self.mlp)) "
+    "and leave the PyG layers and the model around them uncompiled."
+)
+
 #: How a class is registered (see the module docstring).
 LayerKind = Literal["bipartite", "full", "gcn", "steps"]
 KINDS: tuple[LayerKind, ...] = get_args(LayerKind)
