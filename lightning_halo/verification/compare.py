@@ -80,6 +80,12 @@ class VerifyReport:
         compared (int): module calls compared.
         error (str, optional): why the :math:`P`-process run stopped, if it did.
         notes (list): anything else worth knowing (e.g. why it ran in float32).
+
+    Example:
+        >>> report = verify(model, dm, devices=2)  # doctest: +SKIP
+        >>> if not report:  # doctest: +SKIP
+        ...     print(report.first_difference.name, report.grads_differ)
+        conv2 ['conv1.bias', 'conv1.lin.weight', 'conv2.bias', 'conv2.lin.weight']
     """
 
     devices: int
