@@ -308,7 +308,11 @@ class HaloQuantStrategy(DDPStrategy):
         self._install_hooks()
         ex = self.exchanger
         if trainer.training:  # say whether this run is exact: the class default (bits=1) is not
-            what = "exact" if ex.bits == ex.grad_bits == 32 else "quantized: lossy, unbiased; bits=32 is exact"
+            what = (
+                "exact for the hooked layers; run `lightning-halo verify` to check your own code"
+                if ex.bits == ex.grad_bits == 32
+                else "quantized: lossy, unbiased; bits=32 is exact"
+            )
             rank_zero_info(f"lightning-halo: training halos at bits={ex.bits}, grad_bits={ex.grad_bits} ({what})")
 
     def _set_threads(self) -> None:

@@ -52,6 +52,34 @@ class Net(nn.Module):
         return x
 
 
+class EmbNet(nn.Module):
+    """A learnable embedding per node beside the features, looked up by global id: ``emb(n_id)``.
+
+    ``n_id`` is ``batch.n_id`` on a partition (NeighborLoader's meaning: the global ids of the
+    rows of ``x``) and ``torch.arange(N)`` on the whole graph.
+    """
+
+    needs_n_id = True
+
+    def __init__(self, depth: int, d_in: int, hidden: int, n_cls: int, num_nodes: int, dim: int = 4) -> None:
+        super().__init__()
+        self.n_cls = n_cls
+        self.emb = nn.Embedding(num_nodes, dim)
+        self.net = Net("gcn", depth, d_in + dim, hidden, n_cls)
+
+    def forward(self, x, edge_index, edge_attr=None, edge_type=None, n_id=None):
+        return self.net(torch.cat([x, self.emb(n_id)], dim=1), edge_index)
+
+
+def node_ids(net: nn.Module, batch) -> dict[str, torch.Tensor]:
+    """The ``n_id`` keyword of a net that takes one: ``batch.n_id`` on a partition, ``arange(N)`` on a whole graph."""
+    from lightning_halo import HaloPartition
+
+    if not getattr(net, "needs_n_id", False):
+        return {}
+    return {"n_id": batch.n_id if isinstance(batch, HaloPartition) else torch.arange(batch.num_nodes)}
+
+
 def build_net(
     kind: str, depth: int, d_in: int, n_cls: int, hidden: int = 16, seed: int = 0, dtype: torch.dtype = torch.float64
 ) -> Net:
@@ -112,7 +140,7 @@ def reference_run(
     edges = data.edge_index if edge_index is None else edge_index
     for step in range(steps):
         opt.zero_grad()
-        out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"))
+        out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"), **node_ids(net, data))
         loss_value = reference_loss(loss, out, data.y, data.train_mask)
         loss_value.backward()
         if step == 0:
@@ -289,13 +317,17 @@ READY_MODELS = ("GCN-jk-cat", "GraphSAGE-jk-lstm", "GIN-jk-max-layernorm", "GAT-
 
 
 def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
-    """``spec`` is ``kind:depth`` for the four main models, ``layer:<ClassName>`` or ``model:<ready model>``;
+    """``spec`` is ``kind:depth`` for the four main models, ``emb:depth`` (:class:`EmbNet`), ``layer:<ClassName>`` or
+    ``model:<ready model>``;
     dtype follows ``data.x``."""
     a, b = spec.split(":", 1)
     n_cls = int(data.y.max()) + 1
     if a == "model":
         torch.manual_seed(seed)
         return ReadyModel(b, data.num_features, n_cls).to(data.x.dtype)
+    if a == "emb":
+        torch.manual_seed(seed)
+        return EmbNet(int(b), data.num_features, hidden, n_cls, data.num_nodes).to(data.x.dtype)
     if a == "layer":
         torch.manual_seed(seed)
         deg = in_degree_histogram(data.edge_index, data.num_nodes)

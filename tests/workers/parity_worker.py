@@ -19,7 +19,7 @@ from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
-from tests.support.models import LOSSES, build_any, edges_for, loss_of
+from tests.support.models import LOSSES, build_any, edges_for, loss_of, node_ids
 
 
 class Recorder(L.LightningModule):
@@ -42,7 +42,7 @@ class Recorder(L.LightningModule):
     def training_step(self, batch, _):
         if self.scale_x_rank0 and self.global_step == 0 and self.global_rank == 0:
             batch.x.mul_(self.scale_x_rank0)  # batch.x changed after partitioning, on one rank only
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         loss = loss_of(self.loss, out, batch.y, batch.train_mask, batch.inner_global_id)
         if self.global_step == 0:
             self.rec["out0"] = out.detach().clone()
@@ -61,7 +61,7 @@ class Recorder(L.LightningModule):
 
     # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
     def _eval(self, batch, mask, metric, name):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         metric(out[mask], batch.y[mask])
         self.log(name, metric, batch_size=1)
 
@@ -72,7 +72,7 @@ class Recorder(L.LightningModule):
         self._eval(batch, batch.test_mask, self.test_acc, "test_acc")
 
     def predict_step(self, batch, _):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         return batch.inner_global_id, out
 
     def configure_optimizers(self):
