@@ -44,10 +44,12 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
             "unsupported_layers",
             "wrapper_layers",
         ],
+        "lightning_halo.layers.dropedge": ["dropout_edge"],
         "lightning_halo.loss": ["global_mean"],
         "lightning_halo.partition": ["build_halo_partitions", "partition_graph", "partition_stats", "sparse_adjacency"],
         "lightning_halo.partition.halo_partition": ["HaloPartition"],
         "lightning_halo.strategy": ["HaloQuantStrategy"],
+        "lightning_halo.verification": ["VerifyError", "VerifyReport", "verify"],
     },
 )
 
@@ -70,10 +72,12 @@ if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these stat
         unsupported_layers,
         wrapper_layers,
     )
+    from lightning_halo.layers.dropedge import dropout_edge
     from lightning_halo.loss import global_mean
     from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats, sparse_adjacency
     from lightning_halo.partition.halo_partition import HaloPartition
     from lightning_halo.strategy import HaloQuantStrategy
+    from lightning_halo.verification import VerifyError, VerifyReport, verify
 
 
 def _make_strategy(**init_params: Any) -> Any:

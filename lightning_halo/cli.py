@@ -1,4 +1,4 @@
-"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition``.
+"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition`` and ``verify``.
 
 The verbs are dispatched before anything heavy is imported: ``lightning-halo --help`` imports
 Lightning (for the strategy registry) and nothing of PyG, the exchange or the quantizer;
@@ -32,6 +32,7 @@ _SRUN_HINT = "The `srun` command is available on your system but is not used"
 _CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
                          "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 _PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
+_VERIFY_HELP = "Check that the model trains on partitions exactly as on one process (one step, compared per module)."
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
 #: The --ckpt_path value that asks for the freshly initialised weights on purpose.
@@ -162,6 +163,7 @@ def _verbs() -> dict[str, str]:
         first_paragraph = " ".join((inspect.getdoc(getattr(pl.Trainer, name)) or "").split("\n\n")[0].split())
         verbs[name] = first_paragraph.split(". ")[0].rstrip(".") + "."
     verbs["partition"] = _PARTITION_HELP
+    verbs["verify"] = _VERIFY_HELP
     return verbs
 
 
@@ -195,6 +197,10 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
         from lightning_halo.cli_partition import main as partition_main
 
         return partition_main(argv[1:])
+    if argv[0] == "verify":
+        from lightning_halo.cli_verify import main as verify_main
+
+        raise SystemExit(verify_main(argv[1:]))
     from lightning_halo.data import HaloDataModule
     from lightning_halo.shutdown import release_process_groups
 

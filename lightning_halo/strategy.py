@@ -23,10 +23,10 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
-from lightning_halo._compat.torch import BATCH_NORM_BASE
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.layers.call import Aggregation
-from lightning_halo.layers.hooks import LayerContext, LayerHook, check_model, install_hooks
+from lightning_halo.layers.batchnorm import BatchNormHook
+from lightning_halo.layers.hooks import LayerContext, LayerHook, check_model, install_batch_norms, install_hooks
 from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
@@ -210,6 +210,7 @@ class HaloQuantStrategy(DDPStrategy):
         self._policy: HaloPolicy = SYNC
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
+        self._norm_hooks: list[BatchNormHook] = []
         self._plans_checked: set[int] = set()
         self._reported: dict[str, str] = {}
 
@@ -307,7 +308,11 @@ class HaloQuantStrategy(DDPStrategy):
         self._install_hooks()
         ex = self.exchanger
         if trainer.training:  # say whether this run is exact: the class default (bits=1) is not
-            what = "exact" if ex.bits == ex.grad_bits == 32 else "quantized: lossy, unbiased; bits=32 is exact"
+            what = (
+                "exact for the hooked layers; run `lightning-halo verify` to check your own code"
+                if ex.bits == ex.grad_bits == 32
+                else "quantized: lossy, unbiased; bits=32 is exact"
+            )
             rank_zero_info(f"lightning-halo: training halos at bits={ex.bits}, grad_bits={ex.grad_bits} ({what})")
 
     def _set_threads(self) -> None:
@@ -322,12 +327,13 @@ class HaloQuantStrategy(DDPStrategy):
         assert module is not None
         self._warn_graph_norms(module)
         self._hooks = install_hooks(module, self._layers)  # raises for unsupported layers
+        # batch norms use the statistics of every partition's nodes (exact on CPU too, unlike SyncBatchNorm)
+        self._norm_hooks = install_batch_norms(module, self._layers)
         log.debug("lightning-halo: hooked %s", {h.name: h.kind for h in self._hooks})
 
     def _warn_graph_norms(self, module: torch.nn.Module) -> None:
         if self.world_size == 1:  # the partition is the whole graph: every norm sees what it would alone
             return
-        sync_bn = bool(self._layer_sync)
         for name, sub in module.named_modules():
             cls = type(sub).__name__
             if cls == "LayerNorm" and getattr(sub, "mode", None) == "graph":
@@ -345,18 +351,11 @@ class HaloQuantStrategy(DDPStrategy):
                     "per-node mode; node-wise norms (LayerNorm(mode='node')) are exact on partitions.",
                     stacklevel=2,
                 )
-            elif isinstance(sub, BATCH_NORM_BASE) and not sync_bn:
-                fix = (
-                    "pass Trainer(sync_batchnorm=True) for whole-graph statistics"
-                    if self.root_device.type == "cuda"
-                    else "PyTorch's SyncBatchNorm is GPU-only, so on CPU they stay per partition"
-                )
-                warnings.warn(f"{name} ({cls}) normalises with per-partition batch statistics; {fix}.", stacklevel=2)
 
     def _remove_hooks(self) -> None:
-        for hook in self._hooks:
+        for hook in [*self._hooks, *self._norm_hooks]:
             hook.remove()
-        self._hooks = []
+        self._hooks, self._norm_hooks = [], []
 
     # ------------------------------------------------------------------ steps
     def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition:

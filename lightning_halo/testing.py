@@ -111,3 +111,8 @@ class ThreadTransport:
         seq = self._next()
         self.group.post(seq, self.rank, {q: t.clone() for q in range(self.world_size)})
         t.copy_(torch.stack(self.group.collect(seq, self.rank)).min(0).values)
+
+    def all_reduce_sum_(self, t: Tensor) -> None:
+        seq = self._next()
+        self.group.post(seq, self.rank, {q: t.clone() for q in range(self.world_size)})
+        t.copy_(torch.stack(self.group.collect(seq, self.rank)).sum(0))

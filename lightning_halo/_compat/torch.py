@@ -36,5 +36,12 @@ def sparse_mm_functions() -> set[Any]:
     return funcs
 
 
+def compiled_original(module: torch.nn.Module) -> "torch.nn.Module | None":
+    """The module ``torch.compile`` wrapped, if ``module`` is its wrapper (``OptimizedModule._orig_mod``), else ``None``."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return module._orig_mod if isinstance(module, OptimizedModule) else None
+
+
 #: The base class of every batch norm (``BatchNorm1d/2d/3d``, their lazy and sync versions).
 BATCH_NORM_BASE: type = torch.nn.modules.batchnorm._BatchNorm

@@ -177,6 +177,11 @@ class HaloDataModule(pl.LightningDataModule):
             self._data = self._source.graph()
         return self._data
 
+    @property
+    def reads_partition_dir(self) -> bool:
+        """Whether this data module reads a partition directory (each rank's part, never the whole graph)."""
+        return isinstance(self._source, PartitionDirectory)
+
     def _facts(self) -> dict[str, Any]:
         if isinstance(self._source, PartitionDirectory):
             return self._source.read_meta()["graph"]

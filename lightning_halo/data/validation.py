@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import iter_rows
-from lightning_halo.partition.halo_partition import PLAN_KEYS
+from lightning_halo.partition.halo_partition import RESERVED_KEYS
 from lightning_halo.partition.options import MASK_KEYS
 
 
@@ -56,11 +56,17 @@ def check_graph(data: object, *, source: str = "the graph") -> Data:
             f"{source} is a {type(data).__name__}, not a torch_geometric.data.Data; pass a Data "
             "(or a path to a file written with torch.save(data, path)). HeteroData is not supported."
         )
-    reserved = sorted(k for k in data.to_dict() if k in PLAN_KEYS)
+    reserved = sorted(k for k in data.to_dict() if k in RESERVED_KEYS)
     if reserved:
+        hint = (
+            " Every partition batch has `n_id` already: the global ids of its rows, as NeighborLoader's batch.n_id "
+            "(on one process torch.arange(num_nodes)); delete data.n_id."
+            if "n_id" in reserved
+            else ""
+        )
         raise GraphValidationError(
             f"{source} has attribute(s) {', '.join(map(repr, reserved))}, name(s) lightning-halo gives to what it adds "
-            "to every partition (ids, exchange plan, halo features, adjacency); rename them before partitioning."
+            f"to every partition (ids, exchange plan, halo features, adjacency); rename them before partitioning.{hint}"
         )
     x = data.get("x")
     if not isinstance(x, Tensor):

@@ -93,3 +93,7 @@ class Collectives:
         """The maximum of a 0-d tensor over all ranks."""
         neg = -value.detach().reshape(1).clone()
         return -self.wire.all_agree(neg, layer).reshape(())
+
+    def all_sum(self, values: Tensor, layer: str) -> Tensor:
+        """``values`` summed over all ranks (one all-reduce, in place; e.g. batch-norm statistics)."""
+        return self.wire.all_sum(values, layer)

@@ -40,6 +40,8 @@ class Transport(Protocol):
 
     def all_reduce_min_(self, t: Tensor) -> None: ...
 
+    def all_reduce_sum_(self, t: Tensor) -> None: ...
+
 
 class DistTransport:
     """``torch.distributed`` collectives on the halo process group (gloo or NCCL)."""
@@ -57,6 +59,9 @@ class DistTransport:
     def all_reduce_min_(self, t: Tensor) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
 
+    def all_reduce_sum_(self, t: Tensor) -> None:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+
 
 class SoloTransport:
     """World size 1: there is nobody to talk to; an exchange moves nothing."""
@@ -71,6 +76,9 @@ class SoloTransport:
         return None
 
     def all_reduce_min_(self, t: Tensor) -> None:
+        return None
+
+    def all_reduce_sum_(self, t: Tensor) -> None:
         return None
 
 
@@ -212,6 +220,17 @@ class Wire:
         except RuntimeError as err:
             raise self.error(err, layer, "agreement") from err
         return flags
+
+    def all_sum(self, values: Tensor, layer: str) -> Tensor:
+        """Element-wise sum of ``values`` over all ranks, in place (one all-reduce; counted as ``aux`` bytes)."""
+        if self.transport.world_size == 1:
+            return values
+        self.meter.add(layer, "aux", values.numel() * values.element_size(), values.numel() * 4)
+        try:
+            self.transport.all_reduce_sum_(values)
+        except RuntimeError as err:
+            raise self.error(err, layer, "sum") from err
+        return values
 
     def error(self, err: Exception, layer: str, what: str) -> HaloExchangeError:
         return HaloExchangeError(

@@ -31,7 +31,7 @@ from torch.nn import Module
 
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
-from lightning_halo.layers.registry import Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
+from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.
@@ -138,8 +138,7 @@ def validate_call(layer: str, arguments: Mapping[str, Any], compiling: bool) -> 
     """Refuse what lightning-halo sets itself or could not see."""
     if compiling:
         raise UnsupportedLayerError(
-            f"layer '{layer}' is being compiled (torch.compile): PyG skips its propagate hooks when compiling, so "
-            "lightning-halo could not exchange halos per step nor check the layer. Train without torch.compile."
+            f"layer '{layer}' is being compiled (torch.compile): {COMPILE_REFUSAL}"
         )
     if arguments.get("size") is not None:
         raise ValueError(f"layer '{layer}' was called with size=...; lightning-halo sets sizes itself, drop it.")
@@ -158,6 +157,11 @@ def resolve_edges(edges: PartitionEdges, given: Any, layer: str, flipped: bool) 
     assert res.edges is not None
     target = res.edges
     if flipped:  # it aggregates at edge_index[0]: the other direction's edges, handed over flipped
+        if target.subset:
+            raise UnsupportedEdgesError(
+                f"layer '{layer}' has flow='target_to_source' and was given the edges lightning_halo.dropout_edge "
+                "kept; their reverse is not built on partitions. Use flow='source_to_target' with dropped edges."
+            )
         if res.sparse:
             raise UnsupportedLayerError(
                 f"layer '{layer}' has flow='target_to_source', which PyG does not run on a sparse adjacency."

@@ -24,6 +24,8 @@ from torch import Tensor
 
 from lightning_halo._compat.torch import tensor_version
 from lightning_halo.exchange import Collectives, Direction, ExchangePlan, HaloExchanger
+from lightning_halo.layers.dropedge import kept_subset, register_partition_edges
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
 from lightning_halo.layers.stored import StoredCSR
 from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.halo_partition import PLAN_KEYS, HaloPartition
@@ -46,6 +48,7 @@ class EdgeSet:
         memo: what the layer calls computed from these edges (normalised weights, fused adjacencies).
         stored: the CSR and transpose the partition carries for these edges, if any (the in-edges
             of a partition built by lightning-halo).
+        subset: the in-edges restricted to a mask (what :func:`~lightning_halo.dropout_edge` kept).
     """
 
     direction: Direction
@@ -55,6 +58,12 @@ class EdgeSet:
     attrs: dict[str, Tensor] = field(default_factory=dict)
     memo: TensorMemo = field(default_factory=TensorMemo)
     stored: Optional[StoredCSR] = None
+    subset: bool = False
+
+    def restricted(self, mask: Tensor) -> EdgeSet:
+        """These edges where ``mask`` is True, with their attributes (no stored CSR: it describes all edges)."""
+        attrs = {k: v[mask] for k, v in self.attrs.items()}
+        return EdgeSet(self.direction, self.edge_index[:, mask], self.n_inner, self.n_src, attrs, subset=True)
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,7 @@ class PartitionEdges:
             "in": EdgeSet("in", part.edge_index, n_inner, n_inner + int(part.n_halo), attrs, stored=StoredCSR.of(part))
         }
         self._version = tensor_version(part.edge_index)
+        register_partition_edges(part.edge_index, part.global_id)  # lightning_halo.dropout_edge hashes global ids
         self._flipped: Optional[Tensor] = None
         self._pattern: Optional[tuple[Tensor, Tensor]] = None
         self._seen = TensorMemo(limit=64)
@@ -115,6 +125,8 @@ class PartitionEdges:
         own = self.part.edge_index
         if arg is own:
             if tensor_version(own) != self._version:
+                if torch.compiler.is_compiling():  # traced tensors have versions of their own: not the reason
+                    raise UnsupportedLayerError(f"layer '{layer}' is being compiled (torch.compile): {COMPILE_REFUSAL}")
                 raise UnsupportedEdgesError(
                     f"layer '{layer}': batch.edge_index was changed in place after partitioning, so the partition's "
                     "edges (and its exchange plan) no longer describe it. Change the graph before partitioning."
@@ -125,9 +137,14 @@ class PartitionEdges:
             if hit is not None:
                 return hit
         is_in, is_out, values = self._match(arg)
+        kept = kept_subset(arg) if isinstance(arg, Tensor) else None
+        is_kept = kept is not None and kept[0] is own and tensor_version(own) == self._version
         if self.collectives.world_size > 1:
-            is_in, is_out = self.collectives.all_agree([is_in, is_out], layer, own.device)
-        if is_in or is_out:
+            is_in, is_out, is_kept = self.collectives.all_agree([is_in, is_out, is_kept], layer, own.device)
+        if is_kept:
+            assert kept is not None
+            res = Resolution(self.sets["in"].restricted(kept[1]))
+        elif is_in or is_out:
             edges = self.sets["in"] if is_in else self.out_edges(layer)
             res = Resolution(edges, values)
         elif self.collectives.world_size == 1:
@@ -135,11 +152,13 @@ class PartitionEdges:
         else:
             raise UnsupportedEdgesError(
                 f"layer '{layer}' was called with an edge set that is not this partition's ({_describe(arg)}). "
-                "A layer may only run on batch.edge_index, its reverse batch.edge_index.flip(0), or "
-                "lightning_halo.sparse_adjacency(batch): a partition holds only the in-edges of its own nodes, so "
-                "edges dropped, added (e.g. self-loops) or selected (a subgraph) on it would give a different result "
-                "than on the whole graph. Transform the graph before partitioning (HaloDataModule(data=...)), or use "
-                "the layer's own options (e.g. add_self_loops=True)."
+                "A layer may only run on batch.edge_index, its reverse batch.edge_index.flip(0), "
+                "lightning_halo.sparse_adjacency(batch), or the edges lightning_halo.dropout_edge(batch.edge_index, "
+                "...) kept: a partition holds only the in-edges of its own nodes, so edges dropped (for DropEdge use "
+                "lightning_halo.dropout_edge instead of torch_geometric.utils.dropout_edge), added (e.g. self-loops) "
+                "or selected (a subgraph) on it would give a different result than on the whole graph. Transform the "
+                "graph before partitioning (HaloDataModule(data=...)), or use the layer's own options (e.g. "
+                "add_self_loops=True)."
             )
         if isinstance(arg, Tensor):
             self._seen.put("resolved", (arg,), res)

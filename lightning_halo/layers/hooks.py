@@ -21,11 +21,14 @@ from torch.nn import Module
 from torch_geometric.nn import MessagePassing
 
 from lightning_halo._compat.pyg import restore, switch_off
+from lightning_halo._compat.torch import compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.layers.apply import LayerEdges, layer_edges, rewrite_arguments, with_halo
+from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.registry import (
+    COMPILE_REFUSAL,
     LayerSpec,
     UnsupportedLayerError,
     clear_caches,
@@ -68,6 +71,14 @@ class LayerContext:
     def bound(self) -> bool:
         return self.edges is not None and self.exchanger.bound
 
+    def norm_rows(self) -> Optional[tuple[int, int, AllSum]]:
+        """What a batch norm needs to be global: the partition's inner and halo row counts and the
+        all-reduce; ``None`` when nothing is to be shared (no partition bound, or one process)."""
+        if not self.exchanger.active:
+            return None
+        plan = self.exchanger.plan()
+        return plan.n_inner, plan.n_halo, self.collectives.all_sum
+
     def fetch(self, x_inner: Tensor, layer: str, direction: Direction, exact: bool) -> Tensor:
         """The halo rows of ``x_inner`` (differentiable)."""
         return self.exchanger.fetch(x_inner, layer, direction=direction, exact=exact)
@@ -105,6 +116,11 @@ class _FirstCachedCall:
         self.seen: Optional[tuple[Direction, Optional[Tensor]]] = None
 
     def check(self, call: LayerCall) -> None:
+        if call.edges.subset:
+            raise UnsupportedLayerError(
+                f"layer '{call.layer}' ({call.cls}) has cached=True and was given the edges lightning_halo.dropout_edge "
+                "kept: PyG would reuse the first call's normalised edges for every later draw. Set cached=False."
+            )
         weight = call.weight
         if self.seen is None:
             self.seen = (call.direction, None if weight is None else weight.detach().clone())
@@ -265,6 +281,12 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
         UnsupportedLayerError: naming the first layer (or wrapper module) that cannot run on partitions.
     """
     for name, module in model.named_modules():
+        inner = compiled_original(module)
+        if inner is not None and find_message_passing(inner):
+            raise UnsupportedLayerError(
+                f"'{name or type(model).__name__}' was compiled with torch.compile and holds message-passing layers: "
+                f"{COMPILE_REFUSAL}"
+            )
         why = refused_wrapper(module)
         if why is not None:
             raise UnsupportedLayerError(f"'{name}' ({type(module).__name__}) cannot run on graph partitions: {why}.")
@@ -288,3 +310,9 @@ def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
     specs = check_model(model)
     layers = find_message_passing(model)
     return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
+
+
+def install_batch_norms(model: Module, ctx: LayerContext) -> list[BatchNormHook]:
+    """Make every batch norm of ``model`` normalise over the nodes of all partitions
+    (:mod:`lightning_halo.layers.batchnorm`)."""
+    return [BatchNormHook(module, name, ctx.norm_rows).install() for name, module in find_batch_norms(model).items()]

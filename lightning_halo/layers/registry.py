@@ -36,6 +36,14 @@ from torch_geometric.nn import MessagePassing
 from lightning_halo._compat.pyg import clear_layer_caches, propagate_has_fused_branch
 from lightning_halo.partition.adjacency import Reduce
 
+#: Why compiled message passing is refused, and what works instead.
+COMPILE_REFUSAL = (
+    "Dynamo traces the layer's forward hooks into its graph with the tensors of the first trace, and PyG skips "
+    "its propagate hooks when compiling, so lightning-halo could not exchange halos per call nor prove the result "
+    "exact. Compile only the parts of the model without message passing (e.g. self.mlp = torch.compile(self.mlp)) "
+    "and leave the PyG layers and the model around them uncompiled."
+)
+
 #: How a class is registered (see the module docstring).
 LayerKind = Literal["bipartite", "full", "gcn", "steps"]
 KINDS: tuple[LayerKind, ...] = get_args(LayerKind)
@@ -267,27 +275,36 @@ _BIPARTITE_LAYERS = ("GATConv", "GATv2Conv", "TransformerConv", "GINEConv", "Res
                      "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv")  # fmt: skip
 #: Built-in layers that cannot run exactly on a partition, and why.
 _BUILTIN_REFUSED: dict[str, str] = {
-    "EGConv": "its symmetric-normalised aggregators read source degrees",
-    "DNAConv": "it takes a stack of all previous layers' features",
+    "EGConv": "its symmetric-normalised aggregators read source degrees; GCNConv (symmetric normalisation with "
+    "global degrees) or GATConv are exact",
+    "DNAConv": "it takes a stack of all previous layers' features; supported layers with JumpingKnowledge over their "
+    "outputs are exact",
     "PointNetConv": "it takes node positions as a second node-level input",
     "PPFConv": "it takes node positions and normals as extra node-level inputs",
     "PointTransformerConv": "it takes node positions as a second node-level input",
     "PointGNNConv": "it takes node positions as a second node-level input",
-    "DynamicEdgeConv": "it builds a k-NN graph over all nodes' features",
-    "GravNetConv": "it builds a k-NN graph over all nodes' features",
-    "SuperGATConv": "its self-supervised attention loss samples negative edges over the whole graph",
+    "DynamicEdgeConv": "it builds a k-NN graph over all nodes' features; EdgeConv on a k-NN graph built before "
+    "partitioning (torch_geometric.transforms.KNNGraph) is exact",
+    "GravNetConv": "it builds a k-NN graph over all nodes' features; EdgeConv on a k-NN graph built before "
+    "partitioning (torch_geometric.transforms.KNNGraph) is exact",
+    "SuperGATConv": "its self-supervised attention loss samples negative edges over the whole graph; GATConv (the "
+    "same attention without that loss) is exact",
     "HypergraphConv": "it takes hyperedges, not an edge_index of node pairs",
     "PDNConv": "it normalises with source degrees computed from learned edge weights",
     "SignedConv": "it takes separate positive and negative edge sets",
     "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
     "PANConv": "it builds path matrices over the whole graph with torch-sparse",
-    "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
-    "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings)",
-    "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported",
+    "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported: "
+    "convert with data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
+    "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings); RGCNConv or "
+    "RGATConv with edge_type are exact",
+    "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported: "
+    "convert with data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
     "MeshCNNConv": "it convolves mesh edges, not nodes",
     "SplineConv": "its exactness on partitions is not verified (it needs torch-spline-conv, not installable "
     "here); declare it with register_layer(SplineConv, 'bipartite') if you rely on it",
-    "FusedGATConv": "it needs the dgNN CUDA kernels and their CSR/CSC inputs of the whole graph",
+    "FusedGATConv": "it needs the dgNN CUDA kernels and their CSR/CSC inputs of the whole graph; GATConv (the same "
+    "layer) is exact",
 }
 #: Conv modules of PyG that are not message passing themselves but run through a supported inner layer.
 _BUILTIN_WRAPPERS: dict[str, str] = {
@@ -296,13 +313,16 @@ _BUILTIN_WRAPPERS: dict[str, str] = {
 }  # fmt: skip
 #: Non-message-passing modules of PyG that cannot run on a partition, and why.
 _BUILTIN_REFUSED_WRAPPERS: dict[str, str] = {
-    "GPSConv": "its global attention reads every node of the graph",
-    "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported",
+    "GPSConv": "its global attention reads every node of the graph; its local part alone is exact: the "
+    "message-passing layer it wraps (e.g. GINEConv) with a residual, an MLP and node-wise norms "
+    "(LayerNorm(mode='node'), BatchNorm), or neighbourhood attention (TransformerConv, GATConv)",
+    "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported: convert with "
+    "data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
     "WLConv": "it hashes colours over the whole graph",
     "XConv": "it builds a k-NN graph over all nodes' positions",
-    "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
-    "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
-    "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only)",
+    "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); GATConv is exact",
+    "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); SAGEConv is exact",
+    "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); RGCNConv is exact",
 }  # fmt: skip
 
 

@@ -29,7 +29,7 @@ class NodeClassifier(pl.LightningModule):
         hidden_channels (int, optional): hidden size. (default: ``64``)
         num_layers (int, optional): message-passing layers. (default: ``2``)
         dropout (float, optional): dropout between layers. (default: ``0.5``)
-        norm (str, optional): ``"batch"`` (BatchNorm: per-partition statistics on CPU) or
+        norm (str, optional): ``"batch"`` (BatchNorm: whole-graph statistics under the strategy) or
             ``"layer"`` (node-wise LayerNorm, exact on partitions). (default: ``None``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)

@@ -29,6 +29,13 @@ PLAN_KEYS = (
     *CSR_KEYS,
 )
 
+#: Names a partition derives from :data:`PLAN_KEYS` (its properties, computed on access and never
+#: stored): a graph attribute of the same name would be hidden behind them.
+DERIVED_KEYS = ("n_id", "inner_global_id", "halo_owner", "num_local_nodes")
+
+#: Attribute names a graph must not have before partitioning: what every partition adds or derives.
+RESERVED_KEYS = PLAN_KEYS + DERIVED_KEYS
+
 
 def hash_header(h: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     """Feed what :func:`hash_tensor` hashes before the bytes (so a tensor can be hashed in pieces)."""
@@ -103,6 +110,13 @@ class HaloPartition(Data):
       the same peer order.
     * ``global_id`` ``[n_inner + n_halo]``: global id of every local node.
 
+    ``n_id`` ``[n_inner]`` (derived from ``global_id``, not stored): the global id of every row
+    of ``x``, with the meaning of :class:`~torch_geometric.loader.NeighborLoader`'s
+    ``batch.n_id``. So a per-node parameter looked up as ``self.emb(batch.n_id)`` reads each
+    node's own row on every rank (on one process ``n_id`` is ``arange(N)``), and the result
+    equals single-process training. A lookup by position (``emb(torch.arange(x.size(0)))``,
+    ``emb.weight[:n]``) reads other nodes' rows on a partition.
+
     Input features of the halo (DistDGL-style, so layer 1 needs no exchange):
 
     * ``halo_x`` ``[n_halo, F]``: ``x`` of the halo nodes, in halo order.
@@ -150,9 +164,18 @@ class HaloPartition(Data):
         return int(self.n_inner) + int(self.n_halo)
 
     @property
-    def inner_global_id(self) -> Tensor:
-        """Global ids of the inner nodes, to place this rank's predictions in the full graph."""
+    def n_id(self) -> Tensor:
+        """Global ids of the rows of ``x`` (``[n_inner]``), as :class:`~torch_geometric.loader.NeighborLoader`'s ``batch.n_id``.
+
+        ``self.emb(batch.n_id)`` looks up each node's own row of an ``nn.Embedding(num_nodes, d)``.
+        A view of ``global_id``, which owns the ids.
+        """
         return self.global_id[: int(self.n_inner)]
+
+    @property
+    def inner_global_id(self) -> Tensor:
+        """Global ids of the inner nodes, to place this rank's predictions in the full graph (the same ids as :attr:`n_id`)."""
+        return self.n_id
 
     @property
     def halo_owner(self) -> Tensor:

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from lightning_halo._compat.torch import (
     BATCH_NORM_BASE,
+    compiled_original,
     make_subclass,
     plain_dispatch,
     sparse_mm_functions,
@@ -68,3 +69,11 @@ def test_every_batch_norm_derives_from_the_base() -> None:
         assert issubclass(cls, BATCH_NORM_BASE), cls
     assert isinstance(torch.nn.LazyBatchNorm1d(), BATCH_NORM_BASE)
     assert not issubclass(torch.nn.LayerNorm, BATCH_NORM_BASE)
+
+
+def test_compiled_original_finds_the_module_torch_compile_wraps() -> None:
+    lin = torch.nn.Linear(2, 2)
+    compiled = torch.compile(lin, backend="eager")
+    assert compiled_original(compiled) is lin
+    assert compiled_original(lin) is None
+    assert any(m is lin for m in compiled.modules()), "the wrapped module is a submodule of the wrapper"

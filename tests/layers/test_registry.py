@@ -86,3 +86,22 @@ def test_public_names_are_documented_kinds() -> None:
     assert set(lightning_halo.supported_layers().values()) == set(registry.KINDS)
     doc = inspect.getdoc(lightning_halo.register_layer)
     assert all(f'"{kind}"' in doc for kind in registry.KINDS)
+
+
+def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
+    """GPSConv, the heterogeneous layers, the k-NN and CUDA-only layers say what to use instead."""
+    import pytest
+    from torch import nn
+    from torch_geometric.nn import GINEConv, GPSConv
+
+    from lightning_halo.layers.hooks import check_model
+    from lightning_halo.layers.registry import UnsupportedLayerError, unsupported_layers
+
+    reasons = unsupported_layers()
+    for name, alternative in [("GPSConv", "GINEConv"), ("HGTConv", "RGCNConv"), ("HeteroConv", "to_homogeneous"),
+                              ("DynamicEdgeConv", "KNNGraph"), ("SuperGATConv", "GATConv"), ("EGConv", "GCNConv"),
+                              ("CuGraphSAGEConv", "SAGEConv")]:  # fmt: skip
+        assert alternative in reasons[name], (name, reasons[name])
+    gps = nn.Sequential(GPSConv(8, GINEConv(nn.Linear(8, 8)), heads=2))
+    with pytest.raises(UnsupportedLayerError, match="its local part alone is exact"):
+        check_model(gps)

@@ -136,3 +136,26 @@ def test_format_stats_lists_every_part() -> None:
         [str(p), str(stats["nodes"][p]), str(stats["edges"][p]), str(stats["halo_nodes"][p]), str(stats["send_rows"][p])]
         for p in range(3)
     ]
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 3])
+def test_n_id_names_the_rows_of_x_as_neighbor_loader_does(num_parts: int, tmp_path) -> None:
+    """batch.n_id: the global id of every row of batch.x (NeighborLoader's meaning), so emb(batch.n_id) is each
+    node's own row; derived from global_id, in memory and loaded from a partition directory alike."""
+    from lightning_halo.data.partition_dir import PartitionDirectory, write_partition_dir
+
+    data = awkward_graph(num_parts)
+    parts = partition_graph(data.edge_index, data.num_nodes, num_parts)
+    write_partition_dir(data, tmp_path, num_parts, graph={}, key="k")
+    stored = PartitionDirectory(tmp_path)
+    for p, part in enumerate(build_halo_partitions(data, parts, num_parts)):
+        for batch in (part, stored.load_part(p)):
+            assert "n_id" not in batch.keys(), "derived, not stored: global_id owns the ids"
+            assert batch.n_id.dtype == torch.long and batch.n_id.size(0) == batch.x.size(0)
+            assert torch.equal(batch.n_id, batch.global_id[: int(batch.n_inner)])
+            assert (parts[batch.n_id] == p).all()
+            torch.testing.assert_close(batch.x, data.x[batch.n_id])
+            if num_parts == 1:
+                assert torch.equal(batch.n_id, torch.arange(data.num_nodes))
+            else:  # a positional lookup reads other nodes' rows on a partition
+                assert not torch.equal(batch.n_id, torch.arange(batch.x.size(0)))

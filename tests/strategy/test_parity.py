@@ -65,3 +65,19 @@ def test_parity_on_the_edge_index_path(tmp_path) -> None:
     run_parity(configs, 3, tmp_path, extra=["--aggregation", "edge_index"])
     for config in configs:
         assert_parity(config, 3, tmp_path)
+
+
+EMB_CONFIGS = ["emb:2:cora", "emb:2:awkward"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_parity_of_node_embeddings_looked_up_by_n_id(world_size: int, tmp_path) -> None:
+    """A learnable nn.Embedding(num_nodes, d) beside the features, looked up as self.emb(batch.n_id) (NeighborLoader's
+    idiom), equals single-process PyG looking it up with torch.arange(N): logits, loss, every gradient (the
+    embedding's included) and the parameters after 5 steps."""
+    run_parity(EMB_CONFIGS, world_size, tmp_path)
+    for config in EMB_CONFIGS:
+        recs = assert_parity(config, world_size, tmp_path)
+        for rec in recs:  # the embedding really trains: most rows get a gradient
+            assert rec["grad0"]["emb.weight"].abs().sum(1).gt(0).sum() > len(rec["inner_global_id"]) / 2

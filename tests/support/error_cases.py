@@ -62,6 +62,7 @@ GRAPH_CASES = [
     ("no nodes", lambda d: d.update({"x": torch.zeros(0, 3)}), "has no nodes"),
     ("num_nodes disagrees with x", _set("num_nodes", 9), "data.num_nodes=9 but x has 6 rows"),
     ("an attribute named like what partitions add", _set("global_id", torch.arange(6)), "'global_id', name(s) lightning-halo gives"),
+    ("an n_id: partitions derive it", _set("n_id", torch.arange(6)), "Every partition batch has `n_id` already"),
 ]
 
 

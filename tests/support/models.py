@@ -52,6 +52,34 @@ class Net(nn.Module):
         return x
 
 
+class EmbNet(nn.Module):
+    """A learnable embedding per node beside the features, looked up by global id: ``emb(n_id)``.
+
+    ``n_id`` is ``batch.n_id`` on a partition (NeighborLoader's meaning: the global ids of the
+    rows of ``x``) and ``torch.arange(N)`` on the whole graph.
+    """
+
+    needs_n_id = True
+
+    def __init__(self, depth: int, d_in: int, hidden: int, n_cls: int, num_nodes: int, dim: int = 4) -> None:
+        super().__init__()
+        self.n_cls = n_cls
+        self.emb = nn.Embedding(num_nodes, dim)
+        self.net = Net("gcn", depth, d_in + dim, hidden, n_cls)
+
+    def forward(self, x, edge_index, edge_attr=None, edge_type=None, n_id=None):
+        return self.net(torch.cat([x, self.emb(n_id)], dim=1), edge_index)
+
+
+def node_ids(net: nn.Module, batch) -> dict[str, torch.Tensor]:
+    """The ``n_id`` keyword of a net that takes one: ``batch.n_id`` on a partition, ``arange(N)`` on a whole graph."""
+    from lightning_halo import HaloPartition
+
+    if not getattr(net, "needs_n_id", False):
+        return {}
+    return {"n_id": batch.n_id if isinstance(batch, HaloPartition) else torch.arange(batch.num_nodes)}
+
+
 def build_net(
     kind: str, depth: int, d_in: int, n_cls: int, hidden: int = 16, seed: int = 0, dtype: torch.dtype = torch.float64
 ) -> Net:
@@ -104,12 +132,15 @@ def reference_run(
     net: Net, data, steps: int = 5, lr: float = 0.01, edge_index=None, loss: str = "mean"
 ) -> dict[str, object]:
     """Single-process plain PyG: logits, loss and gradients at step 0, parameters after ``steps``."""
+    from lightning_halo.layers.dropedge import reset_dropout_edge
+
+    reset_dropout_edge()  # lightning_halo.dropout_edge draws as a fresh process does
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     rec: dict[str, object] = {}
     edges = data.edge_index if edge_index is None else edge_index
     for step in range(steps):
         opt.zero_grad()
-        out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"))
+        out = net(data.x, edges, data.get("edge_attr"), data.get("edge_type"), **node_ids(net, data))
         loss_value = reference_loss(loss, out, data.y, data.train_mask)
         loss_value.backward()
         if step == 0:
@@ -118,6 +149,7 @@ def reference_run(
             rec["grad0"] = {k: p.grad.detach().clone() for k, p in net.named_parameters() if p.grad is not None}
         opt.step()
     rec["params"] = {k: p.detach().clone() for k, p in net.named_parameters()}
+    rec["buffers"] = {k: b.detach().clone() for k, b in net.named_buffers()}
     return rec
 
 
@@ -240,6 +272,20 @@ def in_degree_histogram(edge_index: torch.Tensor, num_nodes: int) -> torch.Tenso
     return torch.bincount(deg)
 
 
+class DropEdgeGCN(nn.Module):
+    """Two GCN layers (normalised over the kept edges) on the edges ``lightning_halo.dropout_edge`` keeps."""
+
+    def __init__(self, d_in: int, n_cls: int, hidden: int = 16, p: float = 0.3) -> None:
+        super().__init__()
+        self.conv1, self.conv2, self.p = GCNConv(d_in, hidden), GCNConv(hidden, n_cls), p
+
+    def forward(self, x, edge_index):
+        from lightning_halo import dropout_edge
+
+        kept, _ = dropout_edge(edge_index, p=self.p, training=self.training)
+        return self.conv2(F.relu(self.conv1(x, kept)), kept)
+
+
 class ReadyModel(nn.Module):
     """A model of ``torch_geometric.nn.models`` as PyG ships it, called with ``(x, edge_index)``."""
 
@@ -255,6 +301,11 @@ class ReadyModel(nn.Module):
                                                  norm_kwargs={"mode": "node"}),  # fmt: skip
             "GAT-v2": lambda: m.GAT(d_in, 16, 2, n_cls, v2=True, heads=2),
             "EdgeCNN": lambda: m.EdgeCNN(d_in, 16, 2, n_cls),
+            # PyG's BatchNorm (a torch BatchNorm1d inside), exact through lightning_halo.layers.batchnorm
+            "GIN-batchnorm": lambda: m.GIN(d_in, 16, 3, n_cls, norm="batch_norm"),
+            "GCN-dropedge": lambda: DropEdgeGCN(d_in, n_cls),  # not PyG's: DropEdge exact on partitions
+            "GCN-batchnorm-cumulative": lambda: m.GCN(d_in, 16, 3, n_cls, norm="batch_norm",
+                                                      norm_kwargs={"momentum": None}),  # fmt: skip
         }
         self.net = make[name]()
 
@@ -266,13 +317,17 @@ READY_MODELS = ("GCN-jk-cat", "GraphSAGE-jk-lstm", "GIN-jk-max-layernorm", "GAT-
 
 
 def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
-    """``spec`` is ``kind:depth`` for the four main models, ``layer:<ClassName>`` or ``model:<ready model>``;
+    """``spec`` is ``kind:depth`` for the four main models, ``emb:depth`` (:class:`EmbNet`), ``layer:<ClassName>`` or
+    ``model:<ready model>``;
     dtype follows ``data.x``."""
     a, b = spec.split(":", 1)
     n_cls = int(data.y.max()) + 1
     if a == "model":
         torch.manual_seed(seed)
         return ReadyModel(b, data.num_features, n_cls).to(data.x.dtype)
+    if a == "emb":
+        torch.manual_seed(seed)
+        return EmbNet(int(b), data.num_features, hidden, n_cls, data.num_nodes).to(data.x.dtype)
     if a == "layer":
         torch.manual_seed(seed)
         deg = in_degree_histogram(data.edge_index, data.num_nodes)

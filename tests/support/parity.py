@@ -69,4 +69,6 @@ def assert_parity(
             if name not in ref["grad0"]:
                 continue  # unused by the model (PyG's RGATConv leaves some parameters unused, and uninitialised)
             torch.testing.assert_close(rec["params"][name], p, **TOL, msg=lambda m: f"{config} rank {r} param {name}: {m}")
+        for name, b in ref["buffers"].items():  # batch norms' running statistics
+            torch.testing.assert_close(rec["buffers"][name], b, **TOL, msg=lambda m: f"{config} rank {r} buffer {name}: {m}")
     return recs

@@ -19,7 +19,7 @@ from torch import nn
 
 from lightning_halo.exchange import HaloExchanger, TrafficMeter
 from lightning_halo.exchange.wire import Wire
-from lightning_halo.layers.hooks import LayerContext, install_hooks
+from lightning_halo.layers.hooks import LayerContext, install_batch_norms, install_hooks
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from lightning_halo.testing import ThreadGroup
 
@@ -68,12 +68,15 @@ def _loss(out: torch.Tensor, batch: Any, n_train: int) -> torch.Tensor:
     return F.cross_entropy(out[mask], batch.y[mask], reduction="sum") / n_train
 
 
-def reference(model: nn.Module, data: Any, forward: Forward = plain_forward) -> dict[str, Any]:
+def reference(model: nn.Module, data: Any, forward: Forward = plain_forward, steps: int = 1) -> dict[str, Any]:
     model = copy.deepcopy(model)
-    out = forward(model, data)
-    loss = _loss(out, data, int(data.train_mask.sum()))
-    loss.backward()
-    return {"out": out.detach(), "loss": float(loss.detach()), "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}}
+    for _ in range(steps):
+        model.zero_grad()
+        out = forward(model, data)
+        loss = _loss(out, data, int(data.train_mask.sum()))
+        loss.backward()
+    return {"out": out.detach(), "loss": float(loss.detach()), "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None},
+            "buffers": {k: b.clone() for k, b in model.named_buffers()}}  # fmt: skip
 
 
 def run_threaded(
@@ -99,7 +102,7 @@ def run_threaded(
         net = copy.deepcopy(model)
         ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
         ctx = LayerContext(ex, aggregation)  # type: ignore[arg-type]
-        hooks = install_hooks(net, ctx)
+        hooks = [*install_hooks(net, ctx), *install_batch_norms(net, ctx)]
         part = parts[r]
         ex.bind(part)
         ctx.bind(part)
@@ -114,7 +117,8 @@ def run_threaded(
             h.remove()
         return {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
                 "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
-                "staleness": ex.staleness(), "plan": ex.plan()}  # fmt: skip
+                "staleness": ex.staleness(), "plan": ex.plan(),
+                "buffers": {k: b.clone() for k, b in net.named_buffers()}}  # fmt: skip
 
     results = on_threads(world_size, rank_main, timeout + 30)
     d = results[0]["out"].size(-1)

@@ -19,7 +19,7 @@ from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
-from tests.support.models import LOSSES, build_any, edges_for, loss_of
+from tests.support.models import LOSSES, build_any, edges_for, loss_of, node_ids
 
 
 class Recorder(L.LightningModule):
@@ -42,7 +42,7 @@ class Recorder(L.LightningModule):
     def training_step(self, batch, _):
         if self.scale_x_rank0 and self.global_step == 0 and self.global_rank == 0:
             batch.x.mul_(self.scale_x_rank0)  # batch.x changed after partitioning, on one rank only
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         loss = loss_of(self.loss, out, batch.y, batch.train_mask, batch.inner_global_id)
         if self.global_step == 0:
             self.rec["out0"] = out.detach().clone()
@@ -57,10 +57,11 @@ class Recorder(L.LightningModule):
 
     def on_train_end(self):
         self.rec["params"] = {k: p.detach().clone() for k, p in self.net.named_parameters()}
+        self.rec["buffers"] = {k: b.detach().clone() for k, b in self.net.named_buffers()}
 
     # Evaluation: torchmetrics updated with each rank's own nodes, logged as Metric objects.
     def _eval(self, batch, mask, metric, name):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         metric(out[mask], batch.y[mask])
         self.log(name, metric, batch_size=1)
 
@@ -71,7 +72,7 @@ class Recorder(L.LightningModule):
         self._eval(batch, batch.test_mask, self.test_acc, "test_acc")
 
     def predict_step(self, batch, _):
-        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"))
+        out = self.net(batch.x, self._edges(batch), batch.get("edge_attr"), batch.get("edge_type"), **node_ids(self.net, batch))
         return batch.inner_global_id, out
 
     def configure_optimizers(self):
@@ -127,7 +128,10 @@ def main() -> None:
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
+    from lightning_halo.layers.dropedge import reset_dropout_edge
+
     for config in args.configs:
+        reset_dropout_edge()  # lightning_halo.dropout_edge draws as a fresh process does
         kind, depth, graph = config.split(":")
         data = graph_by_name(graph, world_size)
         net = build_any(f"{kind}:{depth}", data, hidden=args.hidden)

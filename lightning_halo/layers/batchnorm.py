@@ -1,0 +1,190 @@
+r"""Batch normalisation over the nodes of *all* partitions: exact on every backend.
+
+A batch norm (``torch.nn.BatchNorm1d``, and through it PyG's
+:class:`~torch_geometric.nn.norm.BatchNorm` and ``norm="batch_norm"`` in
+``torch_geometric.nn.models``) normalises with the mean and variance of the rows it is given.
+On a partition those are the rank's own nodes; the whole graph's statistics are sums over
+every rank's rows. :func:`global_batch_norm` gathers them with one all-reduce of
+:math:`(n, \sum (x-k), \sum (x-k)^2)` per channel (:math:`k` the running mean, the same on
+every rank, so the sums do not cancel), normalises, and keeps the running statistics as one
+process would (unbiased variance for ``running_var``, as torch does). Its backward needs the
+global sums of :math:`\partial\hat x` and :math:`\partial\hat x \cdot \hat x` too: one
+more all-reduce (`Ioffe and Szegedy <https://arxiv.org/abs/1502.03167>`_, eq. in Sec. 3).
+
+The rows must be each counted once over the ranks: a partition's inner nodes (or a per-node
+subset of them, e.g. ``h[batch.train_mask]``) or its edges. A call on the inner *and* halo
+rows is refused. :class:`BatchNormHook` makes every batch norm of a model run this way while
+a partition is bound (:class:`~lightning_halo.HaloQuantStrategy` installs it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from lightning_halo._compat.torch import BATCH_NORM_BASE
+from lightning_halo.layers.registry import UnsupportedLayerError
+
+#: ``all_sum(values, name)``: ``values`` summed over all ranks (one all-reduce, with a timeout).
+AllSum = Callable[[Tensor, str], Tensor]
+
+
+@dataclass(frozen=True)
+class NormCall:
+    """One batch-norm call: its name, ``eps`` and how to sum over the ranks."""
+
+    name: str
+    eps: float
+    all_sum: AllSum
+
+
+def _dims(x: Tensor) -> list[int]:
+    """The dimensions a batch norm reduces over: all but the channels (dim 1)."""
+    return [0, *range(2, x.dim())]
+
+
+def _per_channel(v: Tensor, x: Tensor) -> Tensor:
+    """A ``[C]`` tensor shaped to broadcast against ``x`` (``[N, C, *]``)."""
+    return v.reshape(1, -1, *([1] * (x.dim() - 2)))
+
+
+def global_statistics(x: Tensor, shift: Optional[Tensor], call: NormCall) -> tuple[Tensor, Tensor, int]:
+    r"""Mean, biased variance (``[C]``, float64) and row count of ``x`` over all ranks.
+
+    Args:
+        x (Tensor): the rank's rows, ``[n, C, *]``.
+        shift (Tensor, optional): ``[C]``, equal on every rank (the running mean): the sums are
+            taken of :math:`x - k`, so they do not cancel. (default: ``None``, i.e. 0)
+        call (NormCall): the call.
+    """
+    xs = x.detach().to(torch.float64)
+    k = torch.zeros(x.size(1), dtype=torch.float64, device=x.device) if shift is None else shift.detach().double()
+    centred = xs - _per_channel(k, x)
+    count = torch.tensor([x.numel() // max(1, x.size(1))], dtype=torch.float64, device=x.device)
+    sums = torch.cat([count, centred.sum(_dims(x)), centred.square().sum(_dims(x))])
+    sums = call.all_sum(sums, call.name)
+    n, c = int(sums[0]), x.size(1)
+    if n <= 1:
+        raise ValueError(
+            f"batch norm '{call.name}': expected more than 1 value per channel when training, got {n} over all ranks "
+            f"(input size {list(x.shape)} on this rank)"
+        )
+    d_mean = sums[1 : 1 + c] / n
+    var = (sums[1 + c :] / n - d_mean.square()).clamp_min(0.0)
+    return k + d_mean, var, n
+
+
+class _GlobalBatchNorm(torch.autograd.Function):
+    """Normalise with the global statistics; backward with the global sums of the gradient terms."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor, var: Tensor, n: int,
+        call: NormCall,
+    ) -> Tensor:
+        invstd = (var + call.eps).rsqrt()
+        xhat = (x - _per_channel(mean.to(x.dtype), x)) * _per_channel(invstd.to(x.dtype), x)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.n, ctx.call = n, call
+        y = xhat if weight is None else xhat * _per_channel(weight, x)
+        return y if bias is None else y + _per_channel(bias, x)
+
+    @staticmethod
+    def backward(ctx: Any, gy: Tensor) -> tuple[Optional[Tensor], ...]:  # type: ignore[override]
+        xhat, invstd, weight = ctx.saved_tensors
+        dims = _dims(gy)
+        g_weight = (gy * xhat).sum(dims) if ctx.needs_input_grad[1] else None
+        g_bias = gy.sum(dims) if ctx.needs_input_grad[2] else None
+        g_x = None
+        if ctx.needs_input_grad[0]:
+            g_hat = gy if weight is None else gy * _per_channel(weight, gy)
+            sums = torch.cat([g_hat.double().sum(dims), (g_hat.double() * xhat.double()).sum(dims)])
+            sums = ctx.call.all_sum(sums, ctx.call.name) / ctx.n
+            c = gy.size(1)
+            mean_g, mean_gx = (_per_channel(s.to(gy.dtype), gy) for s in (sums[:c], sums[c:]))
+            g_x = (g_hat - mean_g - xhat * mean_gx) * _per_channel(invstd.to(gy.dtype), gy)
+        return g_x, g_weight, g_bias, None, None, None, None
+
+
+def global_batch_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:
+    """``module`` (a torch batch norm) applied to ``x`` with the statistics of every rank's rows.
+
+    Follows ``torch.nn.modules.batchnorm._BatchNorm.forward``: batch statistics in training (or
+    without running statistics), running statistics otherwise (no collective then); running
+    statistics updated with ``momentum`` (``None``: a cumulative average) and the unbiased
+    variance. Every rank must call it alike: it is one collective forward, one backward.
+
+    Args:
+        x (Tensor): the rank's rows, ``[n, C]`` or ``[n, C, *]``.
+        module (Module): a ``BatchNorm1d/2d/3d`` (its parameters and buffers are used and updated).
+        call (NormCall): the name, ``eps`` and the all-reduce.
+    """
+    running_mean, running_var = module.running_mean, module.running_var
+    use_batch = module.training or (running_mean is None and running_var is None)
+    if not use_batch:
+        return torch.nn.functional.batch_norm(
+            x, running_mean, running_var, module.weight, module.bias, False, 0.0, module.eps
+        )
+    mean, var, n = global_statistics(x, running_mean if module.training else None, call)
+    if module.training and module.track_running_stats and running_mean is not None:
+        factor = _momentum(module)
+        with torch.no_grad():
+            running_mean.mul_(1 - factor).add_(mean.to(running_mean.dtype), alpha=factor)
+            running_var.mul_(1 - factor).add_((var * n / (n - 1)).to(running_var.dtype), alpha=factor)
+    return _GlobalBatchNorm.apply(x, module.weight, module.bias, mean, var, n, call)
+
+
+def _momentum(module: Module) -> float:
+    """The running statistics' update factor of this call (and the batch counted), as torch computes it."""
+    tracked = module.num_batches_tracked
+    if tracked is not None:
+        tracked.add_(1)
+        if module.momentum is None:
+            return 1.0 / float(tracked)
+    return 0.0 if module.momentum is None else float(module.momentum)
+
+
+class BatchNormHook:
+    """Runs one batch norm of a model with global statistics while ``rows()`` says a partition is bound.
+
+    The module's ``forward`` is replaced on the instance (its parameters, buffers and state
+    dict stay what they are) and put back by :meth:`remove`.
+
+    Args:
+        module (Module): a torch batch norm (``BATCH_NORM_BASE``).
+        name (str): its qualified name (for errors and traffic).
+        rows (callable): ``None`` when no partition is bound (the module runs as it is), else the
+            partition's ``(n_inner, n_halo)`` and the :class:`NormCall`'s ``all_sum``.
+    """
+
+    def __init__(self, module: Module, name: str, rows: Callable[[], Optional[tuple[int, int, AllSum]]]) -> None:
+        self.module, self.name, self.rows = module, name, rows
+
+    def install(self) -> BatchNormHook:
+        self.module.forward = self._forward
+        return self
+
+    def remove(self) -> None:
+        self.module.__dict__.pop("forward", None)
+
+    def _forward(self, x: Tensor) -> Tensor:
+        module, bound = self.module, self.rows()
+        if bound is None:
+            return type(module).forward(module, x)
+        n_inner, n_halo, all_sum = bound
+        if n_halo and x.size(0) == n_inner + n_halo:
+            raise UnsupportedLayerError(
+                f"batch norm '{self.name}' was called on {x.size(0)} rows, the partition's inner and halo nodes: the "
+                "halo rows belong to other ranks, so they would be counted twice. Apply it to the inner rows (a "
+                "layer's output, batch.x, or a per-node subset of them)."
+            )
+        return global_batch_norm(x, module, NormCall(self.name, float(module.eps), all_sum))
+
+
+def find_batch_norms(model: Module) -> dict[str, Module]:
+    """Every torch batch norm of ``model`` by qualified name (PyG's ``BatchNorm`` holds one as ``.module``)."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, BATCH_NORM_BASE)}

@@ -1,0 +1,299 @@
+r"""One training step on one process against the same step on :math:`P`: pure comparisons.
+
+A *record* is what :class:`~lightning_halo.verification.recorder.StepRecorder` saves for one
+rank: the global ids of its rows (``n_id``), every module call of the step in order with its
+inputs and outputs, the loss and the gradients. :func:`compare_step` puts the ranks' rows
+together in global node order and compares them with the one-process record, call by call,
+and names the first module whose output differs.
+
+A tensor is compared *per node* when it has a row per node (``N`` rows on one process, the
+rank's ``n_inner`` rows on each rank); else as a whole, when it has the same shape everywhere
+(a graph-level value, a parameter-sized one). Tensors of other shapes (per edge: each rank
+holds its own edges) are not compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+#: ``(rtol, atol)`` by dtype: values are close when ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``.
+TOLERANCES = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5)}
+
+DOCS = "docs/layers.md#what-the-hooks-cannot-see"
+
+
+@dataclass(frozen=True)
+class ModuleDifference:
+    """The first module call whose output differs between one process and :math:`P`.
+
+    Args:
+        name (str): the module's name in the LightningModule (``""`` for the module itself).
+        cls (str): its class name.
+        call (int): which call of it in the step (``1`` for the first).
+        inputs_differ (bool): whether its inputs differed already.
+        previous (str, optional): the module called just before it (``None`` if it was the first).
+        max_diff (float): the largest difference of its output.
+    """
+
+    name: str
+    cls: str
+    call: int
+    inputs_differ: bool
+    previous: Optional[str]
+    max_diff: float
+
+    def explain(self) -> str:
+        where = f"`{self.name or '<LightningModule>'}` ({self.cls}), call {self.call}"
+        if self.inputs_differ:
+            before = f"after `{self.previous}`, whose output matched" if self.previous else "before any module ran"
+            return (
+                f"the first module whose output differs is {where}, and its input differs already: the code that "
+                f"computes that input ({before}), in forward or training_step, gives another result on a partition. "
+                "Look there for code that reads all nodes (global_mean_pool(h, None), h.mean(0), x.size(0), "
+                "F.normalize(h, dim=0)) or positions (torch.arange(x.size(0)), emb.weight[:n]: look up per-node "
+                "parameters with batch.n_id)"
+            )
+        return (
+            f"the first module whose output differs is {where}, from the same input: it computes its output over "
+            "more than each node's own row (statistics over all rows it sees, such as a norm over the batch, or a "
+            "custom layer that reduces over nodes or reads the edges itself)"
+        )
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`~lightning_halo.verify` found: whether one step on :math:`P` processes equals one process.
+
+    Args:
+        devices (int): :math:`P`.
+        dtype (torch.dtype): the dtype both runs used.
+        ok (bool): loss, every compared module output and every gradient are close.
+        loss (tuple, optional): ``(one process, P processes)``: the whole graph's loss.
+        logits_diff (float, optional): largest difference of the logits (the output of the last
+            module called with a row per node).
+        grads_differ (list): names of the parameters whose gradients differ.
+        first_difference (ModuleDifference, optional): the first module whose output differs.
+        compared (int): module calls compared.
+        error (str, optional): why the :math:`P`-process run stopped, if it did.
+        notes (list): anything else worth knowing (e.g. why it ran in float32).
+
+    Example:
+        >>> report = verify(model, dm, devices=2)  # doctest: +SKIP
+        >>> if not report:  # doctest: +SKIP
+        ...     print(report.first_difference.name, report.grads_differ)
+        conv2 ['conv1.bias', 'conv1.lin.weight', 'conv2.bias', 'conv2.lin.weight']
+    """
+
+    devices: int
+    dtype: torch.dtype
+    ok: bool = True
+    loss: Optional[tuple[float, float]] = None
+    logits_diff: Optional[float] = None
+    grads_differ: list[str] = field(default_factory=list)
+    first_difference: Optional[ModuleDifference] = None
+    compared: int = 0
+    error: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = "exact" if self.ok else "NOT exact"
+        dtype = str(self.dtype).replace("torch.", "")
+        lines = [f"lightning-halo verify: {head}: one training step on {self.devices} processes vs one process ({dtype})"]
+        if self.error is not None:
+            lines.append(f"  the {self.devices}-process run stopped: {self.error}")
+        if self.loss is not None:
+            lines.append(f"  loss: {self.loss[0]:.10g} on one process, {self.loss[1]:.10g} on {self.devices}")
+        if self.logits_diff is not None:
+            lines.append(f"  logits: largest difference {self.logits_diff:.3g}")
+        if self.compared:
+            lines.append(f"  module calls compared: {self.compared}")
+        if self.grads_differ:
+            shown = ", ".join(self.grads_differ[:5]) + (", ..." if len(self.grads_differ) > 5 else "")
+            lines.append(f"  gradients differ: {len(self.grads_differ)} parameter(s): {shown}")
+        if self.first_difference is not None:
+            lines.append(f"  {self.first_difference.explain()}.")
+        elif not self.ok and self.error is None:
+            lines.append(
+                "  every module's output matched, so the difference arises after the last module: in forward or "
+                "training_step (a loss or a value over all rows, e.g. out.mean(), a pool of the output)."
+            )
+        if not self.ok and self.error is None:
+            lines.append(f"  What code outside the layers must do on a partition: {DOCS}")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def tolerances(dtype: torch.dtype, rtol: Optional[float] = None, atol: Optional[float] = None) -> tuple[float, float]:
+    """``(rtol, atol)`` for ``dtype`` (:data:`TOLERANCES`), each overridable."""
+    r, a = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+    return (r if rtol is None else rtol, a if atol is None else atol)
+
+
+def max_diff(a: Tensor, b: Tensor) -> float:
+    """Largest ``|a - b|`` (NaN where exactly one side is NaN counts as infinite)."""
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    if a.numel() == 0:
+        return 0.0
+    both = torch.isnan(a) & torch.isnan(b)
+    d = torch.where(both, torch.zeros_like(a), (a - b).abs())
+    return float(torch.nan_to_num(d, nan=float("inf")).max())
+
+
+def close(a: Tensor, b: Tensor, rtol: float, atol: float) -> bool:
+    """Whether ``a`` and ``b`` agree: ``|a - b| <= atol * max(1, max|b|) + rtol * |b|`` everywhere (NaNs agree)."""
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    scale = max(1.0, float(torch.nan_to_num(b.abs(), nan=0.0, posinf=0.0).max()))
+    both = torch.isnan(a) & torch.isnan(b)
+    ok = (a - b).abs() <= atol * scale + rtol * b.abs()
+    return bool((ok | both).all())
+
+
+def per_node(ref: Tensor, ranks: list[Tensor], ref_rec: dict[str, Any], recs: list[dict[str, Any]]) -> bool:
+    """Whether ``ref`` and the ranks' tensors have a row per node (``N`` and each rank's ``n_inner``)."""
+    if ref.dim() == 0 or ref.size(0) != ref_rec["n_inner"]:
+        return False
+    return all(t.dim() >= 1 and t.size(0) == r["n_inner"] and t.shape[1:] == ref.shape[1:] for t, r in zip(ranks, recs))
+
+
+def in_node_order(t: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
+    """``t``'s rows placed at their global ids (rows of no rank are NaN), in float64."""
+    out = torch.full((num_nodes, *t.shape[1:]), float("nan"), dtype=torch.float64)
+    out[n_id] = t.to(torch.float64)
+    return out
+
+
+def assemble(ranks: list[Tensor], recs: list[dict[str, Any]], num_nodes: int) -> Tensor:
+    """The whole graph's ``[N, ...]`` tensor from every rank's rows."""
+    out = in_node_order(ranks[0], recs[0]["n_id"], num_nodes)
+    for t, r in zip(ranks[1:], recs[1:]):
+        out[r["n_id"]] = t.to(torch.float64)
+    return out
+
+
+def compare_tensor(
+    ref: Tensor, ranks: list[Tensor], ref_rec: dict[str, Any], recs: list[dict[str, Any]], rtol: float, atol: float
+) -> tuple[bool, Optional[float]]:
+    """``(comparable, largest difference or None if they agree)``; per-edge tensors are not comparable."""
+    num_nodes = ref_rec["n_inner"]
+    if per_node(ref, ranks, ref_rec, recs):
+        want, got = in_node_order(ref, ref_rec["n_id"], num_nodes), assemble(ranks, recs, num_nodes)
+        return True, None if close(got, want, rtol, atol) else max_diff(got, want)
+    if all(t.shape == ref.shape for t in ranks):
+        diffs = [max_diff(t, ref) for t in ranks if not close(t, ref, rtol, atol)]
+        return True, max(diffs) if diffs else None
+    return False, None
+
+
+def compare_all(
+    refs: list[Tensor], ranks: list[list[Tensor]], ref_rec: dict[str, Any], recs: list[dict[str, Any]], rtol: float,
+    atol: float,
+) -> tuple[int, Optional[float]]:  # fmt: skip
+    """Tensors compared position by position: ``(how many could be compared, largest difference or None)``."""
+    if any(len(ts) != len(refs) for ts in ranks):
+        return 1, float("inf")
+    compared, worst = 0, None
+    for j, ref in enumerate(refs):
+        comparable, d = compare_tensor(ref, [ts[j] for ts in ranks], ref_rec, recs, rtol, atol)
+        compared += comparable
+        if d is not None:
+            worst = d if worst is None else max(worst, d)
+    return compared, worst
+
+
+def _calls_by_key(rec: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    counts: dict[str, int] = {}
+    out = {}
+    for call in rec["calls"]:
+        counts[call["name"]] = counts.get(call["name"], 0) + 1
+        out[(call["name"], counts[call["name"]])] = call
+    return out
+
+
+def _label(call: dict[str, Any]) -> str:
+    return call["name"] or "<LightningModule>"
+
+
+def first_difference(
+    ref_rec: dict[str, Any], recs: list[dict[str, Any]], rtol: float, atol: float
+) -> tuple[Optional[ModuleDifference], int, Optional[float]]:
+    """``(first differing module call, calls compared, largest difference of the logits)``.
+
+    Calls are taken in the order they end, so a module nested in another (an embedding called in
+    ``forward``) is judged before the one around it. The logits are the output of the last
+    module call with a row per node.
+    """
+    rank_calls = [_calls_by_key(r) for r in recs]
+    counts: dict[str, int] = {}
+    matched: list[dict[str, Any]] = []  # calls compared and found equal, in the order they ended
+    found: Optional[ModuleDifference] = None
+    compared, logits = 0, None
+    for call in ref_rec["calls"]:
+        counts[call["name"]] = k = counts.get(call["name"], 0) + 1
+        mine = [calls.get((call["name"], k)) for calls in rank_calls]
+        before = [c for c in matched if c["end"] < call["start"]]
+        previous = _label(before[-1]) if before else None
+        if any(m is None for m in mine):  # called fewer times on some rank
+            found = found or ModuleDifference(call["name"], call["cls"], k, True, previous, float("inf"))
+            continue
+        n_out, out_diff = compare_all(call["outputs"], [m["outputs"] for m in mine], ref_rec, recs, rtol, atol)
+        compared += n_out > 0
+        if call["outputs"] and per_node(call["outputs"][0], [m["outputs"][0] for m in mine], ref_rec, recs):
+            logits = out_diff or 0.0
+        if out_diff is None and n_out:
+            matched.append(call)
+        elif out_diff is not None and found is None:
+            _, in_diff = compare_all(call["inputs"], [m["inputs"] for m in mine], ref_rec, recs, rtol, atol)
+            found = ModuleDifference(call["name"], call["cls"], k, in_diff is not None, previous, out_diff)
+    return found, compared, logits
+
+
+def global_loss(recs: list[dict[str, Any]]) -> Optional[float]:
+    """The whole graph's loss: the mean over ranks of what each back-propagates (see :mod:`lightning_halo.loss`)."""
+    values = [r.get("scaled_loss") for r in recs]
+    if any(v is None for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def compare_step(
+    ref_rec: dict[str, Any], recs: list[dict[str, Any]], *, rtol: Optional[float] = None, atol: Optional[float] = None
+) -> VerifyReport:
+    """Compare a one-process record with the records of the ranks of a :math:`P`-process run.
+
+    Args:
+        ref_rec (dict): the one-process record.
+        recs (list): one record per rank, in rank order.
+        rtol (float, optional): relative tolerance. (default: by dtype, :data:`TOLERANCES`)
+        atol (float, optional): absolute tolerance, times ``max(1, max|reference|)``. (default: by dtype)
+
+    Returns:
+        The :class:`VerifyReport`.
+    """
+    dtype = ref_rec["dtype"]
+    rtol, atol = tolerances(dtype, rtol, atol)
+    report = VerifyReport(devices=len(recs), dtype=dtype)
+    report.first_difference, report.compared, report.logits_diff = first_difference(ref_rec, recs, rtol, atol)
+    want, got = global_loss([ref_rec]), global_loss(recs)
+    loss_ok = True
+    if want is not None and got is not None:
+        report.loss = (want, got)
+        loss_ok = close(torch.tensor(got), torch.tensor(want), rtol, atol)
+    for name, g in ref_rec["grads"].items():
+        if not all(name in r["grads"] and close(r["grads"][name], g, rtol, atol) for r in recs):
+            report.grads_differ.append(name)
+    report.grads_differ += sorted({n for r in recs for n in r["grads"]} - set(ref_rec["grads"]))
+    report.ok = loss_ok and not report.grads_differ and report.first_difference is None
+    return report
