@@ -22,11 +22,19 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_halo._compat.lightning import StrategyRegistryType, stop_launched_ranks
+from lightning_halo._compat.lightning import StrategyRegistryType, compiled_by_trainer, stop_launched_ranks
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.layers.call import Aggregation
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
 from lightning_halo.layers.batchnorm import BatchNormHook
-from lightning_halo.layers.hooks import LayerContext, LayerHook, check_model, install_batch_norms, install_hooks
+from lightning_halo.layers.hooks import (
+    LayerContext,
+    LayerHook,
+    check_model,
+    find_message_passing,
+    install_batch_norms,
+    install_hooks,
+)
 from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
@@ -257,6 +265,12 @@ class HaloQuantStrategy(DDPStrategy):
     def connect(self, model: pl.LightningModule) -> None:
         # Refuse an unsupported layer before anything is partitioned (prepare_data runs later); a model
         # without layers yet may build them in configure_model, so that is checked at setup.
+        if compiled_by_trainer(model) and find_message_passing(model):
+            # Lightning unwrapped trainer.fit(torch.compile(model)) and compiles it again after setup
+            raise UnsupportedLayerError(
+                f"'{type(model).__name__}' was given to the Trainer compiled (trainer.fit(torch.compile(model))) and "
+                f"holds message-passing layers: {COMPILE_REFUSAL}"
+            )
         check_model(model, require_layers=False)
         super().connect(model)
 

@@ -27,3 +27,13 @@ def stop_launched_ranks(launcher: Any, grace_s: float = 2.0) -> None:
     while any(p.poll() is None for p in launcher.procs) and time.monotonic() < deadline:
         time.sleep(0.05)
     launcher.kill(_get_sigkill_signal())
+
+
+def compiled_by_trainer(module: Any) -> bool:
+    """Whether ``module`` is a LightningModule given to the Trainer as ``torch.compile(module)``.
+
+    Lightning unwraps the ``OptimizedModule`` before the strategy sees the model
+    (``lightning.pytorch.utilities.compile.from_compiled``) and records the compilation in the
+    module's ``_compiler_ctx``, re-applying it after the strategy's setup.
+    """
+    return getattr(module, "_compiler_ctx", None) is not None

@@ -36,6 +36,12 @@ def sparse_mm_functions() -> set[Any]:
     return funcs
 
 
+def compiled_function(fn: Any) -> bool:
+    """Whether ``fn`` (a function or bound method) is ``torch.compile``'s wrapper of another
+    (torch's wrappers carry the original as ``_torchdynamo_orig_callable``)."""
+    return getattr(getattr(fn, "__func__", fn), "_torchdynamo_orig_callable", None) is not None
+
+
 def compiled_original(module: torch.nn.Module) -> "torch.nn.Module | None":
     """The module ``torch.compile`` wrapped, if ``module`` is its wrapper (``OptimizedModule._orig_mod``), else ``None``."""
     from torch._dynamo.eval_frame import OptimizedModule

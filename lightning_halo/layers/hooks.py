@@ -21,7 +21,7 @@ from torch.nn import Module
 from torch_geometric.nn import MessagePassing
 
 from lightning_halo._compat.pyg import restore, switch_off
-from lightning_halo._compat.torch import compiled_original
+from lightning_halo._compat.torch import compiled_function, compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.layers.apply import LayerEdges, layer_edges, rewrite_arguments, with_halo
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
@@ -281,6 +281,13 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
         UnsupportedLayerError: naming the first layer (or wrapper module) that cannot run on partitions.
     """
     for name, module in model.named_modules():
+        methods = [m for m in ("forward", "training_step", "validation_step", "test_step", "predict_step")
+                   if compiled_function(getattr(module, m, None))]  # fmt: skip
+        if methods and find_message_passing(module):
+            raise UnsupportedLayerError(
+                f"'{name or type(model).__name__}.{methods[0]}' is compiled with torch.compile and reaches message-passing "
+                f"layers: {COMPILE_REFUSAL}"
+            )
         inner = compiled_original(module)
         if inner is not None and find_message_passing(inner):
             raise UnsupportedLayerError(

@@ -34,3 +34,17 @@ def test_the_registry_given_to_register_strategies_is_of_the_registry_class() ->
 def test_other_launchers_are_left_alone() -> None:
     stop_launched_ranks(None)
     stop_launched_ranks(object())
+
+
+def test_lightning_records_a_compiled_module_it_unwraps() -> None:
+    """``trainer.fit(torch.compile(model))`` hands the strategy the module with ``_compiler_ctx`` set."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.utilities.compile import _maybe_unwrap_optimized
+
+    from lightning_halo._compat.lightning import compiled_by_trainer
+
+    model = L.LightningModule()
+    assert not compiled_by_trainer(model)
+    unwrapped = _maybe_unwrap_optimized(torch.compile(model, backend="eager"))
+    assert unwrapped is model and compiled_by_trainer(model)

@@ -35,17 +35,32 @@ def test_a_compiled_gnn_is_refused_before_it_runs() -> None:
         assert WHAT_WORKS in str(err.value)
 
 
-def test_a_compiled_forward_function_is_refused_at_the_layer_call() -> None:
-    """A compiled function (not module) reaches the hooks while Dynamo traces: refused with the same reason."""
-    data = awkward_graph(2)
-    torch._dynamo.reset()
+def test_a_compiled_method_reaching_layers_is_refused_before_it_runs() -> None:
+    """``@torch.compile`` on a module's forward (or a step method) that reaches PyG layers: refused by name."""
 
-    @torch.compile(backend="eager", fullgraph=False)
-    def forward(net, batch):
-        return net(batch.x, batch.edge_index)
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = GCNConv(4, 2)
 
-    with pytest.raises(UnsupportedLayerError, match=WHAT_WORKS):
-        run_threaded(build_any("gcn:2", data), data, 2, forward)
+        @torch.compile(backend="eager")
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    class Head(nn.Module):  # compiled, but no message passing under it: accepted
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        @torch.compile(backend="eager")
+        def forward(self, h):
+            return self.lin(h)
+
+    with pytest.raises(UnsupportedLayerError, match=r"'Net.forward' is compiled with torch.compile.*" + WHAT_WORKS):
+        check_model(Net())
+    holder = nn.Module()
+    holder.gnn, holder.head = GCNConv(4, 2), Head()
+    check_model(holder)
 
 
 class CompiledHead(nn.Module):
@@ -78,3 +93,24 @@ def test_compiling_the_parts_without_message_passing_is_exact(world_size: int) -
     torch.testing.assert_close(got["out"], ref["out"], atol=1e-9, rtol=1e-7)
     for k, g in ref["grad"].items():
         torch.testing.assert_close(got["grad"][k.replace("mlp.", "mlp._orig_mod.")], g, atol=1e-9, rtol=1e-7)
+
+
+def test_a_module_the_trainer_got_compiled_is_refused_at_connect() -> None:
+    """Lightning unwraps ``trainer.fit(torch.compile(model))`` before the strategy sees it (and compiles it
+    again after setup): the strategy refuses it naming torch.compile, not a wrong reason at the first step."""
+    import lightning as L
+    from lightning.pytorch.utilities.compile import _maybe_unwrap_optimized
+
+    from lightning_halo import HaloQuantStrategy
+
+    class GNN(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = GCNConv(4, 2)
+
+    strategy = HaloQuantStrategy(bits=32)
+    plain = GNN()
+    strategy.connect(plain)  # uncompiled: accepted
+    model = _maybe_unwrap_optimized(torch.compile(GNN(), backend="eager"))
+    with pytest.raises(UnsupportedLayerError, match=r"trainer.fit\(torch.compile\(model\)\).*" + WHAT_WORKS):
+        HaloQuantStrategy(bits=32).connect(model)
