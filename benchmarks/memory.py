@@ -425,7 +425,7 @@ def cmd_train(a: argparse.Namespace) -> None:
                 raise SystemExit(f"{directory} does not exist: run `python -m benchmarks.memory partition` first")
             suffix = f"-{a.variant}" if a.variant else ""
             target = RESULTS / a.label / f"train-dir-{partitioner}-{world}{suffix}.json"
-            rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden)
+            rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden, code=a.code)
             rec["partitioner"], rec["variant"] = partitioner, a.variant
             target.write_text(json.dumps(rec, indent=1))
             print(f"{a.label} {partitioner}, {world} ranks: {_line(rec)}", flush=True)
@@ -765,6 +765,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             t.add_argument("--ranks", nargs="+", type=int, default=[2, 4, 8])
             t.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
             t.add_argument("--variant", default="", help="a name for the run's setting (e.g. an environment variable set)")
+            t.add_argument("--code", default=None, help="import lightning_halo from this source tree instead")
         else:
             t.add_argument("--graph", required=True)
             t.add_argument("--ranks", type=int, default=4)

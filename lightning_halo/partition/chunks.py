@@ -123,7 +123,8 @@ def _releasable(start: int, stop: int) -> bool:
 
 
 def trim_heap() -> None:
-    """Return freed heap memory to the system (glibc ``malloc_trim``), e.g. before METIS allocates.
+    """Return freed heap memory to the system (glibc ``malloc_trim``), e.g. before METIS allocates
+    or before a training step on CPU.
 
     glibc keeps freed blocks below its mmap threshold (which grows to 32 MiB as windows come and
     go) in the heap; building the CSR frees a few hundred MB of them that would otherwise still

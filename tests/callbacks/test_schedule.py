@@ -9,13 +9,11 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
-from torch_geometric.nn import SAGEConv
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph, graph_by_name
-from tests.support.models import build_any
+from tests.support.models import build_any, tiny_sage_module
 from tests.support.parity import TOL, load_records, run_parity
 from tests.support.stale_sim import simulate
 
@@ -70,24 +68,11 @@ class _Modes(L.Callback):
         self.logged.append(float(trainer.callback_metrics.get("halo/mode", float("nan"))))
 
 
-class _Conv(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = SAGEConv(8, 3)
-
-    def training_step(self, batch, _):
-        out = self.conv(batch.x, batch.edge_index)
-        return F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
 def _fit(callbacks: list, tmp_path, strategy=None) -> L.Trainer:
     trainer = L.Trainer(strategy=strategy or HaloQuantStrategy(bits=32), accelerator="cpu", devices=1, max_epochs=4,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=callbacks)  # fmt: skip
-    trainer.fit(_Conv(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
+    trainer.fit(tiny_sage_module(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
     return trainer
 
 

@@ -5,34 +5,20 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
-from torch_geometric.nn import SAGEConv
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloStateCallback, HaloTrafficLogger
 from lightning_halo.exchange import HaloExchanger
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from lightning_halo.testing import ThreadGroup
 from tests.support.graphs import awkward_graph
+from tests.support.models import tiny_sage_module
 from tests.support.threaded import on_threads
-
-
-class _Module(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = SAGEConv(8, 3)
-
-    def training_step(self, batch, _):
-        out = self.conv(batch.x, batch.edge_index)
-        return F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 def test_strategy_adds_the_callbacks_and_one_process_sends_nothing(tmp_path, capsys) -> None:
     trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), accelerator="cpu", devices=1, max_epochs=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-    trainer.fit(_Module(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
+    trainer.fit(tiny_sage_module(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
     traffic = [cb for cb in trainer.callbacks if isinstance(cb, HaloTrafficLogger)]
     assert len(traffic) == 1 and sum(isinstance(cb, HaloStateCallback) for cb in trainer.callbacks) == 1
     assert traffic[0].summary["train_bytes"] == 0 and traffic[0].summary["epochs"] == 2

@@ -333,3 +333,22 @@ def build_any(spec: str, data, seed: int = 0, hidden: int = 16) -> nn.Module:
         deg = in_degree_histogram(data.edge_index, data.num_nodes)
         return LayerNet(b, data.num_features, n_cls, deg).to(data.x.dtype)
     return build_net(a, int(b), data.num_features, n_cls, hidden=hidden, seed=seed, dtype=data.x.dtype)
+
+
+def tiny_sage_module():
+    """One ``SAGEConv(8, 3)`` trained with SGD on the train nodes: the smallest LightningModule for strategy tests."""
+    import lightning as L
+
+    class TinySAGE(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = SAGEConv(8, 3)
+
+        def training_step(self, batch, _):
+            out = self.conv(batch.x, batch.edge_index)
+            return F.cross_entropy(out[batch.train_mask], batch.y[batch.train_mask])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return TinySAGE()
