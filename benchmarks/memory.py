@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -423,7 +424,7 @@ def cmd_train(a: argparse.Namespace) -> None:
             directory = parts_dir(a.label, world, partitioner)
             if not (directory / "manifest.json").is_file():
                 raise SystemExit(f"{directory} does not exist: run `python -m benchmarks.memory partition` first")
-            suffix = f"-{a.variant}" if a.variant else ""
+            suffix = "-" + re.sub(r"[^A-Za-z0-9]+", "-", a.variant).strip("-").lower() if a.variant else ""  # a file name
             target = RESULTS / a.label / f"train-dir-{partitioner}-{world}{suffix}.json"
             rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden, code=a.code)
             rec["partitioner"], rec["variant"] = partitioner, a.variant
