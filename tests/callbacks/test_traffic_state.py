@@ -75,3 +75,15 @@ def test_state_of_another_world_size_or_partition_is_refused() -> None:
     assert (int(part.n_halo), int(part.send_counts.sum())) != (int(part1.n_halo), int(part1.send_counts.sum()))
     with pytest.raises(Exception, match="belongs to a different partition"):
         wrong.bind(part1)  # rank 0's state on rank 1's partition
+
+
+@pytest.mark.parametrize(("bits", "says"), [(32, "exact for the hooked layers; run `lightning-halo verify`"),
+                                            (1, "quantized: lossy, unbiased")])  # fmt: skip
+def test_the_start_of_training_says_what_is_exact(tmp_path, caplog, bits: int, says: str) -> None:
+    """At bits=32 the banner claims exactness only for the hooked layers and points to verify."""
+    trainer = L.Trainer(strategy=HaloQuantStrategy(bits=bits), accelerator="cpu", devices=1, max_epochs=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    with caplog.at_level("INFO"):
+        trainer.fit(tiny_sage_module(), datamodule=HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path)))
+    banner = [r.getMessage() for r in caplog.records if "training halos at bits" in r.getMessage()]
+    assert len(banner) == 1 and f"bits={bits}" in banner[0] and says in banner[0]
