@@ -143,5 +143,14 @@ def covered_adjacency(
     rows = torch.cat([row[keep], partial_rows])
     cols = torch.cat([new_col[keep], n_inner + plan.partial_pos.to(device)])
     vals = torch.cat([val[keep].to(dtype), torch.ones(partial_rows.numel(), dtype=dtype, device=device)])
-    ext = FusedAdjacency.build(torch.stack([cols, rows]), vals, n_dst, n_inner + plan.block, "sum", dtype)
-    return ext.as_operator(), coefficients.to(dtype)
+    return _csr(rows, cols, vals, (n_dst, n_inner + plan.block)).as_operator(), coefficients.to(dtype)
+
+
+def _csr(rows: Tensor, cols: Tensor, values: Tensor, size: tuple[int, int]) -> FusedAdjacency:
+    """A CSR adjacency from distinct ``(row, col)`` entries, with 32-bit indices where they fit
+    (half the index memory of the adjacency and of the transpose built from it)."""
+    order = torch.argsort(rows * size[1] + cols)
+    index = torch.int32 if max(size[1], rows.numel()) < 2**31 - 1 else torch.int64
+    crow = torch.zeros(size[0] + 1, dtype=torch.long, device=rows.device)
+    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=size[0]), 0)
+    return FusedAdjacency.from_csr(crow.to(index), cols[order].to(index), values[order], size)

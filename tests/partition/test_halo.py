@@ -131,11 +131,18 @@ def test_format_stats_lists_every_part() -> None:
     data = cora()
     stats = partition_stats(build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 3), 3))
     lines = format_stats(stats, "metis, 3 parts")
-    assert lines[0].startswith(f"metis, 3 parts: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}")
+    assert lines[0].startswith(
+        f"metis, 3 parts: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']} ({stats['halo_rows_cover']} with partial sums)"
+    )
     assert [line.split() for line in lines[2:]] == [
-        [str(p), str(stats["nodes"][p]), str(stats["edges"][p]), str(stats["halo_nodes"][p]), str(stats["send_rows"][p])]
+        [str(p), str(stats["nodes"][p]), str(stats["edges"][p]), str(stats["halo_nodes"][p]), str(stats["send_rows"][p]),
+         str(stats["cover_rows"][p])]
         for p in range(3)
-    ]
+    ]  # fmt: skip
+    assert stats["halo_rows_cover"] == sum(stats["cover_rows"]) < stats["halo_rows"]
+    # a directory written before partial sums has no cover figures: the table leaves the column out
+    old = {k: v for k, v in stats.items() if k not in ("cover_rows", "halo_rows_cover")}
+    assert "partial sums" not in format_stats(old, "metis, 3 parts")[0] and "cover" not in format_stats(old, "t")[1]
 
 
 @pytest.mark.parametrize("num_parts", [1, 2, 3])
