@@ -1,0 +1,94 @@
+"""HaloLinkDataModule: every pair scored once over the ranks, no leakage into message passing, per-epoch negatives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from lightning_halo.data.link_datamodule import HaloLinkDataModule
+from lightning_halo.link.negatives import negative_sampling
+from tests.support.trainer import FakeTrainer
+
+
+def _ranks(dm: HaloLinkDataModule, world: int) -> list[HaloLinkDataModule]:
+    """One set-up copy of the data module per rank (each loads its own part)."""
+    out = []
+    for r in range(world):
+        rank_dm = HaloLinkDataModule(dm._kwargs["data"], **{k: v for k, v in dm._kwargs.items() if k != "data"})
+        rank_dm.trainer = FakeTrainer(world, r)  # type: ignore[assignment]
+        rank_dm.prepare_data()
+        rank_dm.setup("fit")
+        out.append(rank_dm)
+    return out
+
+
+def _make(tmp_path, data="cora", **kw) -> HaloLinkDataModule:
+    kw = dict(cache_dir=str(tmp_path / "cache"), **kw)
+    dm = HaloLinkDataModule(data, **kw)
+    dm._kwargs = dict(data=data, **kw)  # type: ignore[attr-defined]  # test bookkeeping only
+    return dm
+
+
+def _cols(ei: torch.Tensor) -> list[tuple[int, int]]:
+    return list(map(tuple, ei.t().tolist()))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_pair_once_and_owned_by_its_source(tmp_path, world) -> None:
+    dm = _make(tmp_path, num_val=0.1, num_test=0.05, neg_ratio=2.0)
+    ranks = _ranks(dm, world)
+    for stage, epoch in (("train", 0), ("train", 3), ("val", 0), ("test", 0)):
+        got, labels = [], []
+        for r, rdm in enumerate(ranks):
+            index, label = rdm.pairs(stage, epoch)
+            assert bool(torch.isin(index[0], rdm.partition.n_id).all()), f"rank {r} scores a pair it does not own"
+            got += _cols(index)
+            labels.append(label)
+        if stage == "train":
+            want = torch.cat([dm.split.train_pos, dm.negatives(epoch)], 1)
+        else:
+            want = dm.split.labelled(stage)[0]
+        assert sorted(got) == sorted(_cols(want)), f"{stage}: the ranks' pairs are not exactly the split's"
+        assert int(torch.cat(labels).sum()) == {"train": dm.split.train_pos, "val": dm.split.val_pos,
+                                                "test": dm.split.test_pos}[stage].size(1)  # fmt: skip
+
+
+def test_message_passing_excludes_held_out_edges(tmp_path) -> None:
+    dm = _make(tmp_path)
+    held = set(_cols(dm.split.val_pos)) | set(_cols(dm.split.test_pos))
+    held |= {(j, i) for i, j in held}
+    for rdm in _ranks(dm, 2):
+        part = rdm.partition
+        gid = part.global_id
+        edges = set(_cols(torch.stack([gid[part.edge_index[0]], gid[part.edge_index[1]]])))
+        assert not (edges & held), "a validation/test edge (either direction) is in a partition's message passing"
+
+
+def test_negatives_new_each_epoch_and_reproducible_single_process(tmp_path) -> None:
+    dm = _make(tmp_path, neg_ratio=1.0)
+    n0, n1 = dm.negatives(0), dm.negatives(1)
+    assert n0.size(1) == dm.split.train_pos.size(1) == dm.num_train_negatives
+    assert not torch.equal(n0, n1)
+    same = negative_sampling(dm.split.edge_index, dm.num_nodes, dm.num_train_negatives, seed=0, epoch=1)
+    assert torch.equal(same, n1), "a single-process negative_sampling call draws what the ranks get"
+
+
+def test_batch_carries_the_stage_pairs(tmp_path) -> None:
+    (rdm,) = _ranks(_make(tmp_path), 1)
+    part = rdm.batch("val")
+    index, label = rdm.pairs("val")
+    assert torch.equal(part.edge_label_index, index) and torch.equal(part.edge_label, label)
+    assert next(iter(rdm.train_dataloader())).edge_label_index.size(1) == 2 * rdm.split.train_pos.size(1)
+
+
+def test_graph_without_labels_and_bad_input(tmp_path) -> None:
+    g = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, 50, (2, 200), generator=g)
+    data = Data(x=torch.randn(50, 4, generator=g), edge_index=ei)
+    dm = _make(tmp_path, data=data, num_val=5, num_test=5)
+    assert not dm.split.undirected and dm.split.val_pos.size(1) == 5
+    (rdm,) = _ranks(dm, 1)
+    assert rdm.pairs("train")[0].size(1) > 0
+    with pytest.raises(RuntimeError, match="setup"):
+        _make(tmp_path, data=data, num_val=5, num_test=5).pairs("val")
