@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch_geometric.data import Data
 from typing_extensions import override
 
-from lightning_halo.data.datamodule import HaloDataModule, _identity
+from lightning_halo.data.datamodule import HaloDataModule
 from lightning_halo.data.partition_dir import is_partition_dir
 from lightning_halo.data.sources import load_graph
 from lightning_halo.link.negatives import NegativeSampler
@@ -43,6 +43,10 @@ def message_passing_graph(graph: Data, edge_index: Tensor) -> Data:
         if key not in out:
             out[key] = torch.full((n,), fill, dtype=torch.bool)
     return out
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
 
 
 class _StageBatches(IterableDataset):
@@ -177,7 +181,7 @@ class HaloLinkDataModule(HaloDataModule):
 
     def _stage_loader(self, stage: Stage) -> DataLoader:
         self._loader()  # the checks and warning filters of HaloDataModule
-        return DataLoader(_StageBatches(self, stage), batch_size=None, collate_fn=_identity, num_workers=0)
+        return DataLoader(_StageBatches(self, stage), batch_size=None, collate_fn=_as_is, num_workers=0)
 
     @override
     def train_dataloader(self) -> DataLoader:

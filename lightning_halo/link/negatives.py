@@ -15,8 +15,8 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.utils._negative_sampling import edge_index_to_vector, vector_to_edge_index
 
+from lightning_halo._compat.pyg import pair_ids, pairs_of
 from lightning_halo.partition.halo_partition import tensor_digest
 
 #: Rounds of over-sampling before giving up on a very dense graph (PyG tries 3 times).
@@ -64,7 +64,7 @@ class NegativeSampler:
             raise ValueError(f"edge_index holds node ids outside [0, {num_nodes}); pass the graph's num_nodes")
         self.num_nodes, self.seed, self.force_undirected = int(num_nodes), int(seed), bool(force_undirected)
         self.device = edge_index.device
-        idx, self.population = edge_index_to_vector(edge_index.cpu(), (num_nodes, num_nodes), False, force_undirected)
+        idx, self.population = pair_ids(edge_index.cpu(), num_nodes, force_undirected)
         self._edges = torch.unique(idx)  # sorted; the set, independent of order and repeats
         self.digest = tensor_digest(self._edges)
 
@@ -91,7 +91,7 @@ class NegativeSampler:
             found = _first_occurrences(torch.cat([found, rnd]))  # earlier draws keep their place
             if found.numel() >= k:
                 break
-        pairs = vector_to_edge_index(found[:k], (self.num_nodes, self.num_nodes), False, self.force_undirected)
+        pairs = pairs_of(found[:k], self.num_nodes, self.force_undirected)
         return pairs.to(self.device)
 
     def _is_edge(self, ids: Tensor) -> Tensor:
