@@ -49,6 +49,9 @@ def main() -> None:
         trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=args.epochs, limit_val_batches=0,
                                 callbacks=[Losses(rec)])  # fmt: skip
         trainer.fit(model, datamodule=dm)
+        from lightning_halo import HaloTrafficLogger
+
+        rec["summary"] = next(cb for cb in trainer.callbacks if isinstance(cb, HaloTrafficLogger)).summary
         meter = trainer.strategy.exchanger.meter
         rec["meter_total"], rec["meter_fp32"] = dict(meter.total), dict(meter.total_fp32)
         rec["params"] = {k: p.detach().clone() for k, p in model.named_parameters()}
