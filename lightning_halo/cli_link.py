@@ -8,6 +8,7 @@ linked to ``out_channels`` (a link predictor's embedding size is the user's choi
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 from lightning_halo.cli import PROG, HaloCLI, run_cli
@@ -31,4 +32,8 @@ def main(argv: list[str]) -> Optional[int]:
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: {PROG} link {{fit,validate,test,predict}} --config x.yaml [--section.key value ...]")
         return 0 if argv else 2
+    # LightningCLI parses sys.argv[1:] itself unless given args, and sys.argv[1] is "link" here. Its
+    # warning about args given beside sys.argv does not apply: args are sys.argv's own rest, which the
+    # ranks Lightning launches (re-running sys.argv) derive again.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within Python")
     return run_cli(HaloLinkCLI, HaloLinkDataModule, argv, argv)
