@@ -12,10 +12,10 @@ from tests.support.trainer import FakeTrainer
 
 
 def _ranks(dm: HaloLinkDataModule, world: int) -> list[HaloLinkDataModule]:
-    """One set-up copy of the data module per rank (each loads its own part)."""
+    """One set-up data module per rank, built with ``dm``'s arguments (each loads its own part)."""
     out = []
     for r in range(world):
-        rank_dm = HaloLinkDataModule(dm._kwargs["data"], **{k: v for k, v in dm._kwargs.items() if k != "data"})
+        rank_dm = HaloLinkDataModule(*_ARGS[id(dm)])
         rank_dm.trainer = FakeTrainer(world, r)  # type: ignore[assignment]
         rank_dm.prepare_data()
         rank_dm.setup("fit")
@@ -23,10 +23,13 @@ def _ranks(dm: HaloLinkDataModule, world: int) -> list[HaloLinkDataModule]:
     return out
 
 
-def _make(tmp_path, data="cora", **kw) -> HaloLinkDataModule:
-    kw = dict(cache_dir=str(tmp_path / "cache"), **kw)
-    dm = HaloLinkDataModule(data, **kw)
-    dm._kwargs = dict(data=data, **kw)  # type: ignore[attr-defined]  # test bookkeeping only
+_ARGS: dict[int, tuple] = {}  # the arguments each test's data module was built with, by id
+
+
+def _make(tmp_path, data="cora", num_val=0.1, num_test=0.1, neg_ratio=1.0) -> HaloLinkDataModule:
+    args = (data, num_val, num_test, neg_ratio, None, 0, None, "metis", "nodes", str(tmp_path / "cache"))
+    dm = HaloLinkDataModule(*args)
+    _ARGS[id(dm)] = args
     return dm
 
 
