@@ -210,7 +210,8 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
     from lightning_halo.data import HaloDataModule
 
     # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
-    return run_cli(HaloCLI, HaloDataModule, argv, None if args is None else argv)
+    run_cli(HaloCLI, HaloDataModule, argv, None if args is None else argv)
+    return None
 
 
 def run_cli(cli_class: type, datamodule_class: type, argv: list[str], args: Optional[list[str]]) -> None:
@@ -237,7 +238,6 @@ def run_cli(cli_class: type, datamodule_class: type, argv: list[str], args: Opti
         print(f"{PROG} {argv[0]}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     release_process_groups()  # before the interpreter exits: see lightning_halo.shutdown
-    return None
 
 
 if __name__ == "__main__":

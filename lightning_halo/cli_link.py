@@ -36,4 +36,5 @@ def main(argv: list[str]) -> Optional[int]:
     # warning about args given beside sys.argv does not apply: args are sys.argv's own rest, which the
     # ranks Lightning launches (re-running sys.argv) derive again.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within Python")
-    return run_cli(HaloLinkCLI, HaloLinkDataModule, argv, argv)
+    run_cli(HaloLinkCLI, HaloLinkDataModule, argv, argv)
+    return None

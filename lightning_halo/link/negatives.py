@@ -139,7 +139,7 @@ def negative_sampling(
     if method not in ("sparse", "dense"):
         raise ValueError(f"method must be 'sparse' or 'dense' (as in PyG), got {method!r}")
     if not isinstance(num_nodes, (int, type(None))):
-        raise ValueError("bipartite sizes (a tuple num_nodes) are not supported; pass an int")
+        raise TypeError("bipartite sizes (a tuple num_nodes) are not supported; pass an int")
     n = int(edge_index.max()) + 1 if num_nodes is None and edge_index.numel() else int(num_nodes or 0)
     if num_neg_samples is None:
         num_neg_samples = edge_index.size(1)

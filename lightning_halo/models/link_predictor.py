@@ -7,7 +7,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torchmetrics.classification import BinaryAUROC
 from typing_extensions import override
 

@@ -23,6 +23,8 @@ def test_one_bit_auc_within_one_point_of_exact(tmp_path) -> None:
     assert pairs1[1] == pairs32[1] > 0, "the same rows travel (the same float32 baseline)"
     assert pairs1[0] < pairs32[0] / 5, "1-bit rows on the wire (16 values + a per-row header)"
     assert "gather_rows/bwd" in one["summary"]["bytes"] and "gather_rows/aux" in one["summary"]["bytes"]
+    per_epoch = (pairs1[0] + one["summary"]["bytes"]["gather_rows/bwd"][0]) / EPOCHS
+    assert one["summary"]["pair_bytes_per_epoch"] == pytest.approx(per_epoch), "the summary's per-epoch pair bytes"
 
 
 def pairs32_fwd(rec: dict) -> int:
