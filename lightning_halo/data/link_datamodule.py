@@ -68,8 +68,10 @@ class HaloLinkDataModule(HaloDataModule):
     The graph's edges are split with :func:`~lightning_halo.link.link_split`
     (:class:`~torch_geometric.transforms.RandomLinkSplit`'s semantics and positives for the same
     seed; for an undirected graph a held-out edge leaves the message-passing graph in both
-    directions). The message-passing graph (the training edges) is partitioned and cached as
-    :class:`HaloDataModule` does. Each rank's batch is its :class:`HaloPartition` plus the pairs
+    directions). The message-passing graph of training and validation (the training edges) is
+    partitioned and cached as :class:`HaloDataModule` does; so is, for test and predict, that of
+    the test stage (training and validation edges, as ``RandomLinkSplit``'s ``test_data``), unless
+    ``test_with_val_edges=False``. Each rank's batch is its :class:`HaloPartition` plus the pairs
     it scores, in *global* node ids: ``batch.edge_label_index`` ``[2, M_r]`` and
     ``batch.edge_label`` ``[M_r]`` (1 positive, 0 negative). A pair belongs to the owner of its
     source node, so every pair is scored exactly once; its other endpoint may be anywhere
@@ -86,8 +88,7 @@ class HaloLinkDataModule(HaloDataModule):
 
     Every rank loads the whole graph to split it (the split is seeded, so identical on all
     ranks); partition directories are not supported. Edge attributes are not carried into the
-    message-passing graph. Unlike ``RandomLinkSplit``, the test stage passes messages over the
-    training edges only (not training + validation), so one partitioning serves every stage.
+    message-passing graph.
 
     Args:
         data (Data or str): the graph, as for :class:`HaloDataModule` (not a partition
@@ -102,6 +103,9 @@ class HaloLinkDataModule(HaloDataModule):
         partitioner (str, optional): as for :class:`HaloDataModule`. (default: ``"metis"``)
         balance (str, optional): as for :class:`HaloDataModule`. (default: ``"nodes"``)
         cache_dir (str, optional): as for :class:`HaloDataModule`.
+        test_with_val_edges (bool, optional): the test stage passes messages over the training
+            and validation edges (``RandomLinkSplit``'s semantics; a second partitioning). With
+            ``False`` every stage uses the training edges and one partitioning. (default: ``True``)
 
     Example:
         >>> dm = HaloLinkDataModule("cora", num_val=0.05, num_test=0.1)
@@ -123,6 +127,7 @@ class HaloLinkDataModule(HaloDataModule):
         partitioner: Partitioner = "metis",
         balance: Balance = "nodes",
         cache_dir: Optional[str] = None,
+        test_with_val_edges: bool = True,
     ) -> None:
         if isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
             raise ValueError(
@@ -137,7 +142,12 @@ class HaloLinkDataModule(HaloDataModule):
         self.split: LinkSplit = split
         #: Draws each epoch's training negatives from the whole graph.
         self.sampler = NegativeSampler(split.edge_index, int(graph.num_nodes), seed)
-        self._owned: Optional[Tensor] = None
+        #: The test stage's partitioning (training + validation edges), if it differs from training's.
+        self.test_data: Optional[HaloDataModule] = None
+        if test_with_val_edges and split.val_pos.size(1):
+            test_graph = message_passing_graph(graph, split.test_edge_index)
+            self.test_data = HaloDataModule(test_graph, num_parts, partitioner, balance, seed, cache_dir)
+        self._owned: dict[str, Tensor] = {}
 
     @property
     def num_train_negatives(self) -> int:
@@ -149,31 +159,53 @@ class HaloLinkDataModule(HaloDataModule):
         return self.sampler.sample(self.num_train_negatives, epoch)
 
     @override
+    def prepare_data(self) -> None:
+        super().prepare_data()
+        if self.test_data is not None:
+            self.test_data.trainer = self.trainer
+            self.test_data.prepare_data()
+
+    @override
     def setup(self, stage: str) -> None:
         super().setup(stage)
         assert self.partition is not None
-        self._owned = owned_mask(self.num_nodes, self.partition.n_id)
+        self._owned = {"train": owned_mask(self.num_nodes, self.partition.n_id)}
+        if self.test_data is not None and stage in ("test", "predict"):
+            self.test_data.trainer = self.trainer
+            self.test_data.setup(stage)
+            assert self.test_data.partition is not None
+            self._owned["test"] = owned_mask(self.num_nodes, self.test_data.partition.n_id)
 
     def _epoch(self) -> int:
         return int(self.trainer.current_epoch) if self.trainer is not None else 0
 
+    def _partition_of(self, stage: Stage) -> tuple[HaloPartition, Tensor]:
+        """The partition ``stage`` passes messages on, and the mask of the nodes this rank owns in it."""
+        if not self._owned:
+            raise RuntimeError("HaloLinkDataModule.setup() has not run; let the Trainer call it.")
+        if stage == "test" and self.test_data is not None:
+            if "test" not in self._owned:
+                raise RuntimeError("the test partition is not loaded: run trainer.test / trainer.predict with this data module.")
+            assert self.test_data.partition is not None
+            return self.test_data.partition, self._owned["test"]
+        assert self.partition is not None
+        return self.partition, self._owned["train"]
+
     def pairs(self, stage: Stage, epoch: int = 0) -> tuple[Tensor, Tensor]:
         """This rank's ``(edge_label_index, edge_label)`` of ``stage`` (training: of ``epoch``), on the CPU."""
-        if self._owned is None:
-            raise RuntimeError("HaloLinkDataModule.setup() has not run; let the Trainer call it.")
+        _, owned = self._partition_of(stage)
         if stage == "train":
             pos, neg = self.split.train_pos, self.negatives(epoch)
             index = torch.cat([pos, neg], 1)
             label = torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.size(1))])
         else:
             index, label = self.split.labelled(stage)
-        index, label = owned_pairs(index, self._owned, label)
+        index, label = owned_pairs(index, owned, label)
         return index, label
 
     def batch(self, stage: Stage) -> HaloPartition:
-        """The rank's partition carrying its pairs of ``stage`` (the data module owns both)."""
-        part = self.partition
-        assert part is not None
+        """The rank's partition of ``stage`` carrying its pairs (the data module owns both)."""
+        part, _ = self._partition_of(stage)
         index, label = self.pairs(stage, self._epoch())
         device = part.n_id.device
         part.edge_label_index, part.edge_label = index.to(device), label.to(device)

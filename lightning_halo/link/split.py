@@ -3,16 +3,15 @@ r"""A seeded link split with :class:`~torch_geometric.transforms.RandomLinkSplit
 For an undirected graph (every edge present in both directions) each undirected edge
 ``{i, j}`` is one candidate (its ``i <= j`` direction; a self-loop once). A validation or test
 edge is held out of the message-passing graph in *both* directions. The message-passing graph
-of training and evaluation is the training edges (in both directions when undirected); the
+of training and validation is the training edges (in both directions when undirected), that
+of the test stage the training and validation edges, as in ``RandomLinkSplit``; the
 supervision pairs are the held-out edges once each (``i <= j``). For a directed graph every
 edge is a candidate and only that direction is held out.
 
 The permutation is the one ``RandomLinkSplit`` draws after ``torch.manual_seed(seed)``, so the
 positives of each split equal PyG's for the same seed; the fixed validation and test negatives
 come from :class:`~lightning_halo.link.negatives.NegativeSampler` over the whole graph's edges
-(PyG draws them from Python's ``random``, which no two processes share). One deviation:
-``RandomLinkSplit`` adds the validation edges to the *test* message-passing graph; here every
-stage uses the training edges, so one partitioning serves all stages.
+(PyG draws them from Python's ``random``, which no two processes share).
 """
 
 from __future__ import annotations
@@ -35,8 +34,10 @@ class LinkSplit:
     r"""The result of :func:`link_split` (global node ids throughout).
 
     Attributes:
-        edge_index (Tensor): message-passing edges ``[2, E_mp]`` (training edges; both
-            directions for an undirected graph).
+        edge_index (Tensor): message-passing edges of training and validation ``[2, E_mp]``
+            (training edges; both directions for an undirected graph).
+        test_edge_index (Tensor): message-passing edges of the test stage (training and
+            validation edges; both directions for an undirected graph).
         train_pos (Tensor): training positives ``[2, E_train]`` (once each).
         val_pos, test_pos (Tensor): held-out positives ``[2, E_val]``, ``[2, E_test]``.
         val_neg, test_neg (Tensor): fixed negatives, ``neg_ratio`` per positive.
@@ -44,6 +45,7 @@ class LinkSplit:
     """
 
     edge_index: Tensor
+    test_edge_index: Tensor
     train_pos: Tensor
     val_pos: Tensor
     test_pos: Tensor
@@ -126,9 +128,10 @@ def link_split(
             f"num_val={num_val} and num_test={num_test} leave no training edge of {cand.numel()}; lower them."
         )
     train, val, test = cand[:n_train], cand[n_train : n_train + n_val], cand[n_train + n_val :]
-    train_pos = edge_index[:, train]
-    mp = torch.cat([train_pos, train_pos.flip(0)], 1) if undirected else train_pos
+    train_pos, val_pos = edge_index[:, train], edge_index[:, val]
+    train_val = torch.cat([train_pos, val_pos], 1)
+    mp, mp_test = (torch.cat([e, e.flip(0)], 1) if undirected else e for e in (train_pos, train_val))
     k_val, k_test = int(n_val * neg_ratio), int(n_test * neg_ratio)
     neg = NegativeSampler(edge_index, num_nodes, seed).sample(k_val + k_test, EVAL_NEGATIVES_EPOCH)
     k_val = min(k_val, neg.size(1))
-    return LinkSplit(mp, train_pos, edge_index[:, val], edge_index[:, test], neg[:, :k_val], neg[:, k_val:], undirected)
+    return LinkSplit(mp, mp_test, train_pos, val_pos, edge_index[:, test], neg[:, :k_val], neg[:, k_val:], undirected)

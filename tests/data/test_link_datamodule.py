@@ -19,6 +19,7 @@ def _ranks(dm: HaloLinkDataModule, world: int) -> list[HaloLinkDataModule]:
         rank_dm.trainer = FakeTrainer(world, r)  # type: ignore[assignment]
         rank_dm.prepare_data()
         rank_dm.setup("fit")
+        rank_dm.setup("test")
         out.append(rank_dm)
     return out
 
@@ -45,7 +46,8 @@ def test_every_pair_once_and_owned_by_its_source(tmp_path, world) -> None:
         got, labels = [], []
         for r, rdm in enumerate(ranks):
             index, label = rdm.pairs(stage, epoch)
-            assert bool(torch.isin(index[0], rdm.partition.n_id).all()), f"rank {r} scores a pair it does not own"
+            owned = rdm.batch(stage).n_id  # the nodes of this rank in the stage's partitioning
+            assert bool(torch.isin(index[0], owned).all()), f"rank {r} scores a pair it does not own"
             got += _cols(index)
             labels.append(label)
         if stage == "train":
@@ -57,15 +59,25 @@ def test_every_pair_once_and_owned_by_its_source(tmp_path, world) -> None:
                                                 "test": dm.split.test_pos}[stage].size(1)  # fmt: skip
 
 
+def _both_ways(ei: torch.Tensor) -> set:
+    return set(_cols(ei)) | set(_cols(ei.flip(0)))
+
+
+def _global_edges(part) -> set:
+    gid = part.global_id
+    return set(_cols(torch.stack([gid[part.edge_index[0]], gid[part.edge_index[1]]])))
+
+
 def test_message_passing_excludes_held_out_edges(tmp_path) -> None:
     dm = _make(tmp_path)
-    held = set(_cols(dm.split.val_pos)) | set(_cols(dm.split.test_pos))
-    held |= {(j, i) for i, j in held}
+    val, test = _both_ways(dm.split.val_pos), _both_ways(dm.split.test_pos)
+    train_graph, test_graph = set(), set()
     for rdm in _ranks(dm, 2):
-        part = rdm.partition
-        gid = part.global_id
-        edges = set(_cols(torch.stack([gid[part.edge_index[0]], gid[part.edge_index[1]]])))
-        assert not (edges & held), "a validation/test edge (either direction) is in a partition's message passing"
+        train_graph |= _global_edges(rdm.batch("train"))
+        test_graph |= _global_edges(rdm.batch("test"))
+    assert not (train_graph & (val | test)), "a validation/test edge (either direction) is in training's message passing"
+    assert train_graph == _both_ways(dm.split.train_pos)
+    assert test_graph == train_graph | val, "the test stage passes messages over training + validation edges"
 
 
 def test_negatives_new_each_epoch_and_reproducible_single_process(tmp_path) -> None:
@@ -75,6 +87,13 @@ def test_negatives_new_each_epoch_and_reproducible_single_process(tmp_path) -> N
     assert not torch.equal(n0, n1)
     same = negative_sampling(dm.split.edge_index, dm.num_nodes, dm.num_train_negatives, seed=0, epoch=1)
     assert torch.equal(same, n1), "a single-process negative_sampling call draws what the ranks get"
+
+
+def test_one_partitioning_without_validation_edges_in_test(tmp_path) -> None:
+    dm = HaloLinkDataModule("cora", cache_dir=str(tmp_path / "cache"), test_with_val_edges=False)
+    dm.trainer = FakeTrainer(1, 0)  # type: ignore[assignment]
+    dm.setup("test")
+    assert dm.test_data is None and dm.batch("test") is dm.partition
 
 
 def test_batch_carries_the_stage_pairs(tmp_path) -> None:

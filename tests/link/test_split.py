@@ -31,6 +31,8 @@ def test_positives_equal_random_link_split(cora) -> None:
         Data(edge_index=cora.edge_index, num_nodes=cora.num_nodes)
     )
     assert _set(s.edge_index) == _set(train.edge_index)  # message passing: training edges, both directions
+    assert _set(s.edge_index) == _set(val.edge_index)
+    assert _set(s.test_edge_index) == _set(test.edge_index)  # the test stage: training and validation edges
     assert _set(s.train_pos) == _set(train.edge_label_index)
     assert torch.equal(s.val_pos, val.edge_label_index[:, val.edge_label == 1])
     assert torch.equal(s.test_pos, test.edge_label_index[:, test.edge_label == 1])
@@ -40,6 +42,7 @@ def test_no_leakage_and_every_edge_once(cora) -> None:
     s = link_split(cora.edge_index, cora.num_nodes, 0.1, 0.1, neg_ratio=2.0, seed=0)
     mp, val, test = _undirected(s.edge_index), _undirected(s.val_pos), _undirected(s.test_pos)
     assert not (mp & val) and not (mp & test) and not (val & test), "held out in both directions"
+    assert _undirected(s.test_edge_index) == mp | val and _set(s.test_edge_index) == {(j, i) for i, j in _set(s.test_edge_index)}
     assert mp | val | test == _undirected(cora.edge_index), "every undirected edge in exactly one split"
     assert s.train_pos.size(1) + s.val_pos.size(1) + s.test_pos.size(1) == len(_undirected(cora.edge_index))
     graph = _set(cora.edge_index)

@@ -46,7 +46,8 @@ def build_model(in_channels: int, dtype: torch.dtype, encoder: str = "gcn", deco
 
 
 def reference(name: str, epochs: int, encoder: str = "gcn", decoder: str = "dot") -> dict:
-    """Plain single-process PyG: the same split, the same negatives each epoch, Adam; then val/test metrics."""
+    """Plain single-process PyG: the same split, the same negatives each epoch, Adam; then val/test metrics
+    (validation passes messages over the training edges, test over training + validation edges)."""
     data = link_graph(name)
     n = data.num_nodes
     split = link_split(data.edge_index, n, **SPLIT)
@@ -62,11 +63,11 @@ def reference(name: str, epochs: int, encoder: str = "gcn", decoder: str = "dot"
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     out = {"params": {k: p.detach().clone() for k, p in model.named_parameters()}, "losses": losses}
     with torch.no_grad():
-        z = model(data.x, split.edge_index)
-        for stage in ("val", "test"):
+        for stage, edges in (("val", split.edge_index), ("test", split.test_edge_index)):  # RandomLinkSplit's graphs
+            z = model(data.x, edges)
             index, label = split.labelled(stage)
             logits = model.decode(z[index[0]], z[index[1]])
             out[f"{stage}_auroc"] = float(BinaryAUROC()(logits, label.long()))
