@@ -14,6 +14,7 @@ from typing_extensions import override
 from lightning_halo.data.datamodule import HaloDataModule
 from lightning_halo.data.partition_dir import is_partition_dir
 from lightning_halo.data.sources import load_graph
+from lightning_halo.data.validation import validate_graph
 from lightning_halo.link.negatives import NegativeSampler
 from lightning_halo.link.ownership import owned_mask, owned_pairs
 from lightning_halo.link.split import LinkSplit, link_split
@@ -92,7 +93,9 @@ class HaloLinkDataModule(HaloDataModule):
 
     Args:
         data (Data or str): the graph, as for :class:`HaloDataModule` (not a partition
-            directory). Needs ``x`` and ``edge_index``; ``y`` and masks are optional.
+            directory). A :class:`~torch_geometric.data.Data` needs only ``x`` and
+            ``edge_index``; a file or other source is read by
+            :func:`~lightning_halo.load_graph`, which expects labels and masks too.
             (default: ``"cora"``)
         num_val (int or float, optional): validation edges (fraction or count). (default: ``0.1``)
         num_test (int or float, optional): test edges (fraction or count). (default: ``0.1``)
@@ -134,7 +137,9 @@ class HaloLinkDataModule(HaloDataModule):
                 f"{data} is a partition directory; a link split needs the whole graph. Pass the original graph "
                 "(a Data, a file, 'cora', 'pyg:...') to HaloLinkDataModule."
             )
-        graph = load_graph(data if isinstance(data, Data) else str(data)) if not isinstance(data, Data) else data
+        raw = data if isinstance(data, Data) else load_graph(str(data))
+        # placeholders first (a link graph needs no labels), then the usual checks (int64 edges, ids in range)
+        graph = validate_graph(message_passing_graph(raw, raw.edge_index), source="the link-prediction graph")
         split = link_split(graph.edge_index, int(graph.num_nodes), num_val, num_test, neg_ratio, seed, undirected)
         super().__init__(message_passing_graph(graph, split.edge_index), num_parts, partitioner, balance, seed, cache_dir)
         self.neg_ratio = float(neg_ratio)

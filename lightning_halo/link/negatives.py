@@ -64,7 +64,7 @@ class NegativeSampler:
             raise ValueError(f"edge_index holds node ids outside [0, {num_nodes}); pass the graph's num_nodes")
         self.num_nodes, self.seed, self.force_undirected = int(num_nodes), int(seed), bool(force_undirected)
         self.device = edge_index.device
-        idx, self.population = pair_ids(edge_index.cpu(), num_nodes, force_undirected)
+        idx, self.population = pair_ids(edge_index.cpu().long(), num_nodes, force_undirected)
         self._edges = torch.unique(idx)  # sorted; the set, independent of order and repeats
         self.digest = tensor_digest(self._edges)
 

@@ -107,7 +107,7 @@ def link_split(
     """
     if neg_ratio < 0:
         raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
-    edge_index = edge_index.cpu()
+    edge_index = edge_index.cpu().long()  # pair ids are products of node ids: no int32
     if undirected is None:
         undirected = bool(pyg_is_undirected(edge_index, num_nodes=num_nodes))
     elif undirected and not pyg_is_undirected(edge_index, num_nodes=num_nodes):

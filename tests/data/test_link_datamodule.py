@@ -114,3 +114,7 @@ def test_graph_without_labels_and_bad_input(tmp_path) -> None:
     assert rdm.pairs("train")[0].size(1) > 0
     with pytest.raises(RuntimeError, match="setup"):
         _make(tmp_path, data=data, num_val=5, num_test=5).pairs("val")
+    with pytest.raises(ValueError, match="edge_index"):
+        HaloLinkDataModule(Data(x=data.x, edge_index=torch.tensor([[0], [50]])), cache_dir=str(tmp_path))
+    int32 = _make(tmp_path, data=Data(x=data.x, edge_index=ei.int()), num_val=5, num_test=5)
+    assert torch.equal(int32.split.val_pos, dm.split.val_pos)
