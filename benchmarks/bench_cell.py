@@ -152,7 +152,7 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
     else:
         strategy = HaloQuantStrategy(
             bits=args.bits, seed=args.seed, halo_timeout=args.timeout, aggregation=args.aggregation,
-            num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
+            halo_reduction=args.halo_reduction, num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
         )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
     trainer = L.Trainer(
@@ -288,6 +288,8 @@ def main() -> None:
     parser.add_argument("--sparse", action="store_true", help="the model passes a sparse adjacency itself")
     parser.add_argument("--aggregation", default="auto", choices=["auto", "edge_index", "sparse"],
                         help="HaloQuantStrategy(aggregation=...): the fused kernel by default")
+    parser.add_argument("--halo-reduction", default="cover", choices=["cover", "none"],
+                        help="HaloQuantStrategy(halo_reduction=...): partial sums by default")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--batch-size", type=int, default=1024)

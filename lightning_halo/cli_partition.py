@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Optional
 
 from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.options import BALANCES, PARTITIONERS
@@ -122,24 +122,36 @@ def print_report(manifest: dict[str, Any], where: str, args: argparse.Namespace,
 
     stats, graph = manifest["stats"], manifest["graph"]
     stored = bool(manifest["halo_x"])
-    traffic = {
-        bits: predict_traffic(
+    cover = stats.get("halo_rows_cover")  # absent in directories written before partial sums
+
+    def predict(bits: int, rows: Optional[int]) -> dict[str, int]:
+        return predict_traffic(
             stats["halo_rows"], graph["num_features"], args.hidden, args.layers, bits,
-            feature_bytes=_ITEMSIZE.get(graph["x_dtype"], 4), gcn=args.gcn, input_stored=stored,
-        )
-        for bits in BITS
-    }  # fmt: skip
+            feature_bytes=_ITEMSIZE.get(graph["x_dtype"], 4), gcn=args.gcn, input_stored=stored, cover_rows=rows,
+        )  # fmt: skip
+
+    traffic = {bits: predict(bits, None) for bits in BITS}
+    traffic_cover = {bits: predict(bits, cover) for bits in BITS} if cover is not None else None
     if args.json:
-        print(json.dumps({"stats": stats, "traffic": traffic, "cache": where, "manifest": manifest}))
+        print(json.dumps({"stats": stats, "traffic": traffic, "traffic_cover": traffic_cover, "cache": where,
+                          "manifest": manifest}))  # fmt: skip
         return
     print(f"graph {graph['source']}: {graph['num_nodes']} nodes, {graph['num_edges']} edges, {graph['num_features']} features")
     print("\n".join(format_stats(stats, f"{partitioner_label(manifest)} into {manifest['num_parts']} parts")))
     print(f"\nhalo traffic per training epoch, all ranks, {args.layers} layers, hidden {args.hidden}:")
-    print(f"{'bits':>6} {'forward MB':>12} {'backward MB':>12} {'vs fp32':>9}")
+    head = f"{'bits':>6} {'forward MB':>12} {'backward MB':>12} {'vs fp32':>9}"
+    print(head + (f" {'fwd MB, partial sums':>21} {'bwd MB, partial sums':>21}" if traffic_cover else ""))
     for bits, t in traffic.items():
         sent = t["fwd_per_epoch"] + t["bwd_per_epoch"]
         ratio = f"{t['fp32_per_epoch'] / sent:.1f}x" if sent else "-"
-        print(f"{bits:>6} {t['fwd_per_epoch'] / 1e6:>12.4f} {t['bwd_per_epoch'] / 1e6:>12.4f} {ratio:>9}")
+        line = f"{bits:>6} {t['fwd_per_epoch'] / 1e6:>12.4f} {t['bwd_per_epoch'] / 1e6:>12.4f} {ratio:>9}"
+        if traffic_cover:
+            c = traffic_cover[bits]
+            line += f" {c['fwd_per_epoch'] / 1e6:>21.4f} {c['bwd_per_epoch'] / 1e6:>21.4f}"
+        print(line)
+    if traffic_cover:
+        print(f"partial sums (halo_reduction='cover', the default): {cover} rows per exchange instead of "
+              f"{stats['halo_rows']}, for layers that aggregate linearly (GCN, SAGE mean/sum, GIN, ...)")
     if stored:
         stored_mb = stats["halo_rows"] * graph["num_features"] * _ITEMSIZE.get(graph["x_dtype"], 4) / 1e6
         print(f"input features of the halo: stored in the partitions ({stored_mb:.3f} MB in all), not exchanged")

@@ -7,11 +7,12 @@ import os
 import re
 import warnings
 from datetime import timedelta
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.plugins.precision import Precision
@@ -26,6 +27,7 @@ from lightning_halo._compat.lightning import StrategyRegistryType, compiled_by_t
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.exchange.current import release_exchanger, use_exchanger
 from lightning_halo.layers.call import Aggregation
+from lightning_halo.layers.reduction import HaloReduction
 from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
 from lightning_halo.layers.batchnorm import BatchNormHook
 from lightning_halo.layers.hooks import (
@@ -142,6 +144,15 @@ class HaloQuantStrategy(DDPStrategy):
             ``edge_index``. ``"edge_index"``: always PyG's per-edge path. ``"sparse"``: like
             ``"auto"``, but a layer that cannot is an error. The choice per layer is logged
             once. (default: ``"auto"``)
+        halo_reduction (str, optional): ``"cover"``: for a cut edge :math:`u \to v` of a layer
+            that aggregates linearly on the fused path (``GCNConv``, ``SAGEConv`` with mean/sum,
+            ``GINConv``, ``GraphConv``, ``LGConv``, ``SimpleConv``, ``ClusterGCNConv``, ``APPNP``,
+            ``SGConv``, ``SSGConv``, ``TAGConv``, ``MixHopConv``, ``GCN2Conv``,
+            ``GatedGraphConv``), either :math:`u`'s row crosses or :math:`u`'s owner adds up its
+            contributions to :math:`v` and sends one partial sum, chosen per rank pair by a
+            minimum vertex cover so that the fewest rows cross; exact (the sums are the layer's
+            own), quantized like rows at ``bits < 32``. ``"none"``: every halo row crosses. The
+            choice per layer is in the layer report. (default: ``"cover"``)
         num_threads (int, optional): torch threads per rank. By default the cores this rank
             owns: SLURM's ``--cpus-per-task``, else the process' CPU affinity divided by the
             processes per node; ``OMP_NUM_THREADS`` in the environment is respected.
@@ -158,6 +169,15 @@ class HaloQuantStrategy(DDPStrategy):
         find_unused_parameters (bool, optional): as for DDP. (default: ``False``)
         static_graph (bool, optional): as for DDP. (default: ``False``)
         gradient_as_bucket_view (bool, optional): as for DDP. (default: ``False``)
+        ddp_comm_hook (callable, optional): a DDP communication hook for the parameters' gradient
+            all-reduce (the next cost after the halo on wide first layers), e.g. from
+            :mod:`torch.distributed.algorithms.ddp_comm_hooks`: ``default_hooks.fp16_compress_hook``
+            or ``powerSGD_hook.powerSGD_hook`` (lossy, like ``bits < 32``). Registered on every
+            backend, gloo included (Lightning's ``DDPStrategy`` registers it on CUDA only).
+            (default: ``None``)
+        ddp_comm_state (object, optional): the hook's state (e.g. a ``PowerSGDState``). (default: ``None``)
+        ddp_comm_wrapper (callable, optional): a wrapper of the hook (e.g.
+            ``default_hooks.fp16_compress_wrapper``). (default: ``None``)
 
     The DDP options are explicit parameters, not ``**kwargs``, so configs saved by the CLI do
     not depend on the torch version.
@@ -181,6 +201,7 @@ class HaloQuantStrategy(DDPStrategy):
         seed: int = 0,
         check_finite: bool = True,
         aggregation: Aggregation = "auto",
+        halo_reduction: HaloReduction = "cover",
         num_threads: Optional[int] = None,
         accelerator: Optional["pl.accelerators.Accelerator"] = None,
         parallel_devices: Optional[list[torch.device]] = None,
@@ -193,6 +214,9 @@ class HaloQuantStrategy(DDPStrategy):
         find_unused_parameters: bool = False,
         static_graph: bool = False,
         gradient_as_bucket_view: bool = False,
+        ddp_comm_hook: Optional[Callable] = None,
+        ddp_comm_state: Optional[object] = None,
+        ddp_comm_wrapper: Optional[Callable] = None,
     ) -> None:
         check_halo_timeout(halo_timeout)
         check_num_threads(num_threads)
@@ -208,7 +232,13 @@ class HaloQuantStrategy(DDPStrategy):
             find_unused_parameters=find_unused_parameters,
             static_graph=static_graph,
             gradient_as_bucket_view=gradient_as_bucket_view,
+            ddp_comm_state=ddp_comm_state,
+            ddp_comm_hook=ddp_comm_hook,
+            ddp_comm_wrapper=ddp_comm_wrapper,
         )
+        if ddp_comm_hook is not None and not callable(ddp_comm_hook):
+            raise TypeError(f"ddp_comm_hook must be a DDP communication hook (a callable), got {ddp_comm_hook!r}")
+        self._comm_hook = (ddp_comm_hook, ddp_comm_state, ddp_comm_wrapper)
         self.scale_loss: LossScaling = check_scale_loss(scale_loss)
         self.halo_timeout = float(halo_timeout)
         self.num_threads = num_threads
@@ -216,7 +246,7 @@ class HaloQuantStrategy(DDPStrategy):
         self.exchanger = HaloExchanger(
             None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite
         )
-        self._layers = LayerContext(self.exchanger, aggregation)  # checks and owns `aggregation`
+        self._layers = LayerContext(self.exchanger, aggregation, halo_reduction)  # checks and owns both options
         self._policy: HaloPolicy = SYNC
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
@@ -239,6 +269,10 @@ class HaloQuantStrategy(DDPStrategy):
     @property
     def aggregation(self) -> str:
         return self._layers.aggregation
+
+    @property
+    def halo_reduction(self) -> str:
+        return self._layers.halo_reduction
 
     @property
     def layer_choices(self) -> dict[str, str]:
@@ -440,6 +474,15 @@ class HaloQuantStrategy(DDPStrategy):
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         self._begin(args, kwargs, training=False)
         return super().predict_step(*args, **kwargs)
+
+    @override
+    def configure_ddp(self) -> None:
+        super().configure_ddp()
+        hook, state, wrapper = self._comm_hook
+        if hook is not None and self.root_device.type != "cuda":  # DDPStrategy registers it on CUDA only
+            model = self.model
+            assert isinstance(model, DistributedDataParallel)
+            model.register_comm_hook(state=state, hook=hook if wrapper is None else wrapper(hook))
 
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:

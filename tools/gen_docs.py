@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 def layers_table() -> str:
     from lightning_halo.layers.registry import layer_table
 
-    lines = ["| layer | on a partition | fused sparse aggregation |", "|---|---|---|"]
+    lines = ["| layer | on a partition | fused sparse aggregation (and halo partial sums) |", "|---|---|---|"]
     lines += [f"| `{name}` | {how} | {fused} |" for name, how, fused in layer_table()]
     return "\n".join(lines)
 

@@ -370,6 +370,7 @@ class HaloDataModule(pl.LightningDataModule):
                 {
                     "partition/edge_cut": float(stats["edge_cut"]),
                     "partition/halo_rows": float(stats["halo_rows"]),
+                    **({"partition/halo_rows_cover": float(stats["halo_rows_cover"])} if "halo_rows_cover" in stats else {}),
                     "partition/balance": float(stats["balance"]),
                     "partition/replication": float(stats["replication"]),
                 },

@@ -44,6 +44,7 @@ from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
 from lightning_halo.partition.csr import BlockedCSR
 from lightning_halo.partition.csr import sizes as csr_sizes
 from lightning_halo.partition.graph import assign_parts
+from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.halo import HaloPlan, attribute_layout, plan_halos, summarize
 from lightning_halo.partition.halo_partition import HaloPartition, hash_header
 
@@ -367,8 +368,15 @@ def _write_parts(data: Data, plan: HaloPlan, out: Path, chunk_bytes: Optional[in
         halo_nodes=[plan.n_halo(p) for p in range(n_parts)],
         send_rows=[int(plan.recv[:, p].sum()) for p in range(n_parts)],
         edge_cut=sum(cut),
+        cover_rows=[_cover_rows(out / part_name(p), plan, p) for p in range(n_parts)],
     )
     return files, stats
+
+
+def _cover_rows(part_path: Path, plan: HaloPlan, p: int) -> int:
+    """Rows part ``p`` receives per exchange with halo partial sums (read from its written in-edges)."""
+    edge_index = torch.load(part_path, mmap=True, weights_only=True, map_location="cpu")["edge_index"]
+    return halo_cover(edge_index, plan.n_inner(p), plan.n_halo(p), plan.recv[p].tolist()).rows
 
 
 def _x_digests(x: Tensor, plan: HaloPlan, chunk_bytes: Optional[int]) -> list[str]:

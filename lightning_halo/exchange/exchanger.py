@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from lightning_halo.exchange.collectives import Collectives
+from lightning_halo.exchange.cover import CoverPlan, CoverRoute, build_cover_plan, build_route
 from lightning_halo.exchange.inputs import InputHalos
 from lightning_halo.exchange.meter import TrafficMeter
 from lightning_halo.exchange.plan import Direction, ExchangePlan
@@ -24,6 +25,7 @@ from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.slots import SlotTable
 from lightning_halo.exchange.state import ExchangeState
 from lightning_halo.exchange.wire import SoloTransport, Transport, Wire
+from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.quant import check_bits
 
@@ -41,6 +43,7 @@ class Fetch:
     training: bool
     direction: Direction
     exact: bool = False
+    route: Optional[CoverRoute] = None  # partial sums instead of some rows (``None``: the plan's rows)
 
 
 class _HaloRows(torch.autograd.Function):
@@ -102,6 +105,7 @@ class HaloExchanger:
         self.state = ExchangeState(seed, self._slots, self.meter)
         self._inputs = InputHalos(self.collectives)
         self._plans: dict[Direction, ExchangePlan] = {}
+        self._cover: Optional[CoverPlan] = None
         self._part: Optional[HaloPartition] = None
         self._mode: Mode = "sync"
         self._training = False
@@ -139,6 +143,7 @@ class HaloExchanger:
             return False
         self._part = part
         self._plans = {"in": ExchangePlan.from_partition(part)}
+        self._cover = None
         self._inputs.bind(part)
         self.state.bound(self._plans)
         return True
@@ -156,6 +161,34 @@ class HaloExchanger:
         """Register a further plan of the bound partition (its reversed out-edges' halo)."""
         self.state.added(direction, plan)
         self._plans[direction] = plan
+
+    def cover_plan(self) -> CoverPlan:
+        """The bound partition's partial-sum layout (:mod:`~lightning_halo.exchange.cover`), built at first use.
+
+        The cover comes from the partition's in-edges (:func:`~lightning_halo.partition.cover.halo_cover`);
+        building it exchanges its structure with every peer once, so all ranks call this together.
+        """
+        if self._cover is None:
+            plan, part = self.plan("in"), self._part
+            assert part is not None
+            cover = halo_cover(part.edge_index, plan.n_inner, plan.n_halo, plan.recv_counts)
+            self._cover = build_cover_plan(plan, part.edge_index, cover, part.global_id, self._rows_exchange("cover"))
+        return self._cover
+
+    @property
+    def built_cover_plan(self) -> Optional[CoverPlan]:
+        """The partial-sum layout if a layer call has built it for the bound partition, else ``None``."""
+        return self._cover
+
+    def cover_route(self, coefficients: Tensor, device: torch.device) -> CoverRoute:
+        """The route of one call's partial sums: ``coefficients`` ``[n_folded]`` are its values on the
+        folded edges (:attr:`CoverPlan.folded_col`), sent once to their owners (all ranks call this together)."""
+        plan = self.cover_plan()
+        exchange = self._rows_exchange("cover") if self.world_size > 1 else None
+        return build_route(plan, coefficients, exchange, device)
+
+    def _rows_exchange(self, layer: str) -> Callable[[list[Tensor]], list[Tensor]]:
+        return lambda chunks: self.collectives.all_to_all_rows(chunks, layer)
 
     # ------------------------------------------------------------------ steps
     def begin_step(
@@ -205,7 +238,10 @@ class HaloExchanger:
         self._observers.append(fn)
 
     # ------------------------------------------------------------------ the fetch
-    def fetch(self, x_inner: Tensor, layer: str, *, direction: Direction = "in", exact: bool = False) -> Tensor:
+    def fetch(
+        self, x_inner: Tensor, layer: str, *, direction: Direction = "in", exact: bool = False,
+        route: Optional[CoverRoute] = None,
+    ) -> Tensor:  # fmt: skip
         """Halo rows ``[n_halo, ...]`` of ``x_inner`` (``[n_inner, ...]``), differentiable.
 
         Input features (a node-level tensor of the bound partition that needs no gradient)
@@ -213,20 +249,24 @@ class HaloExchanger:
         exchanged once at full precision; either way they are kept
         (:class:`~lightning_halo.exchange.inputs.InputHalos`). ``exact`` forces a synchronous
         32-bit exchange outside the training slots (for layers that cache results).
+
+        With a ``route`` (partial sums, only for ``direction="in"``), the result is the route's
+        block ``[route.block, ...]`` instead: fetched halo rows and partial sums, owner after owner.
         """
         p = self.plan(direction)
         if x_inner.dim() != 2:
-            flat = self.fetch(x_inner.reshape(x_inner.size(0), -1), layer, direction=direction, exact=exact)
-            return flat.reshape(p.n_halo, *x_inner.shape[1:])
+            flat = self.fetch(x_inner.reshape(x_inner.size(0), -1), layer, direction=direction, exact=exact, route=route)
+            return flat.reshape(p.n_halo if route is None else route.block, *x_inner.shape[1:])
         if p.world_size == 1:
             return x_inner[:0]
         if self._inputs.holds(x_inner):
-            return self._inputs.halo(x_inner, p, direction, layer)
+            halo = self._inputs.halo(x_inner, p, direction, layer)
+            return halo if route is None else route.from_halo(halo)
         if self._training and torch.is_grad_enabled() and not exact:
-            fetch = Fetch(layer, self._slot_index, self._mode, True, direction)
+            fetch = Fetch(layer, self._slot_index, self._mode, True, direction, route=route)
             self._slot_index += 1
         else:
-            fetch = Fetch(layer, None, "sync", self._training, direction, exact=True)
+            fetch = Fetch(layer, None, "sync", self._training, direction, exact=True, route=route)
         out = _HaloRows.apply(x_inner, self, fetch)
         if out.requires_grad:
             self._anchors.append(out)
@@ -234,29 +274,32 @@ class HaloExchanger:
 
     def rows_forward(self, x_inner: Tensor, fetch: Fetch) -> Tensor:
         """The halo rows of one fetch (the autograd function's forward; no graph)."""
-        plan = self.plan(fetch.direction)
-        send = x_inner[plan.send_index]
+        plan, route = self.plan(fetch.direction), fetch.route
+        send = x_inner[plan.send_index] if route is None else route.send_buffer(x_inner)
+        counts = plan.counts(True) if route is None else route.counts(True)
         if fetch.slot is None:
             bits = 32 if fetch.exact and fetch.training else self.eval_bits
             traffic = "fwd" if fetch.training else "eval"
-            return self._wire.exchange(send, bits, *plan.counts(True), fetch.layer, traffic, self.state.eval_generator)
-        slot = self._slots.slot(fetch.slot, fetch.layer, fetch.direction, x_inner)
+            return self._wire.exchange(send, bits, *counts, fetch.layer, traffic, self.state.eval_generator)
+        slot = self._slots.slot(fetch.slot, fetch.layer, fetch.direction, x_inner, route is not None)
         gen = self.state.train_generator
-        halo = self._slots.forward(slot, send, fetch.mode, self.bits, plan.counts(True), self._epoch, gen)
+        halo = self._slots.forward(slot, send, fetch.mode, self.bits, counts, self._epoch, gen)
         for fn in self._observers:
             fn("fwd", self._epoch, fetch.slot, send.clone(), halo.clone())
         return halo
 
     def rows_backward(self, grad_halo: Tensor, fetch: Fetch) -> Tensor:
         """The gradient of a fetch's inner rows from its halo rows' gradients (the autograd function's backward)."""
-        plan = self.plan(fetch.direction)
+        plan, route = self.plan(fetch.direction), fetch.route
         slot = self._slots.slots[fetch.slot] if fetch.slot is not None else None
         bits = 32 if fetch.slot is None else self.grad_bits
         gen = self.state.train_generator
-        counts = plan.counts(False)
+        counts = plan.counts(False) if route is None else route.counts(False)
         recv = self._slots.backward(slot, fetch.layer, grad_halo, fetch.mode, bits, counts, self._epoch, gen)
         grad = grad_halo.new_zeros((plan.n_inner, *grad_halo.shape[1:]))
-        if recv is not None and recv.numel():
+        if recv is not None and recv.numel() and route is not None:
+            grad = route.scatter(recv.to(grad.dtype))
+        elif recv is not None and recv.numel():
             grad.index_add_(0, plan.send_index, recv.to(grad.dtype))
         if fetch.slot is not None:
             for fn in self._observers:

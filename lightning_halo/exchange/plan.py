@@ -103,6 +103,7 @@ def predict_traffic(
     feature_bytes: int = 4,
     gcn: bool = False,
     input_stored: bool = True,
+    cover_rows: Optional[int] = None,
 ) -> dict[str, int]:
     r"""Bytes a model of ``layers`` message-passing layers moves, summed over all ranks.
 
@@ -114,6 +115,12 @@ def predict_traffic(
     backward, each :func:`~lightning_halo.quant.row_nbytes` long. GCN-style
     layers also exchange one degree per halo row once (``aux``).
 
+    With ``cover_rows`` (the partition's ``halo_rows_cover``: rows per exchange with halo
+    partial sums, :mod:`lightning_halo.partition.cover`), the per-epoch figures are for layers
+    that all take partial sums (GCN, SAGE with mean/sum, GIN, ...): ``cover_rows`` rows cross each
+    way instead of ``halo_rows``. The one-time figures are unchanged (input features and
+    degrees travel as rows).
+
     Example:
         >>> predict_traffic(halo_rows=273, num_features=1433, hidden=64, layers=2, bits=1)["fwd_per_epoch"]
         3549
@@ -122,10 +129,11 @@ def predict_traffic(
 
     grad_bits = bits if grad_bits is None else grad_bits
     rest = max(layers - 1, 0)
+    rows = halo_rows if cover_rows is None else cover_rows
     return {
-        "fwd_per_epoch": rest * halo_rows * row_nbytes(hidden, bits),
-        "bwd_per_epoch": rest * halo_rows * row_nbytes(hidden, grad_bits),
-        "fp32_per_epoch": 2 * rest * halo_rows * hidden * 4,
+        "fwd_per_epoch": rest * rows * row_nbytes(hidden, bits),
+        "bwd_per_epoch": rest * rows * row_nbytes(hidden, grad_bits),
+        "fp32_per_epoch": 2 * rest * rows * hidden * 4,
         "input_once": 0 if input_stored else halo_rows * num_features * feature_bytes,
         "aux_once": halo_rows * feature_bytes if gcn else 0,
     }

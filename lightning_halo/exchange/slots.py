@@ -42,6 +42,7 @@ class Slot:
     fwd_pending: Optional[Pending] = None
     bwd_pending: Optional[Pending] = None
     fresh_epoch: int = -1  # epoch whose rows `halo` holds (staleness = now - fresh_epoch)
+    partial: bool = False  # it carries partial sums (lightning_halo.exchange.cover), not the plan's rows
 
 
 class SlotTable:
@@ -73,12 +74,18 @@ class SlotTable:
         """
         self.smoothing = float(smoothing)
 
-    def slot(self, index: int, layer: str, direction: Direction, rows: Tensor) -> Slot:
+    def slot(self, index: int, layer: str, direction: Direction, rows: Tensor, partial: bool = False) -> Slot:
         """Slot ``index`` (created at its first use); it must see the same layer every step."""
         d, dtype = int(rows.size(1)), rows.dtype
         if index == len(self.slots):
-            self.slots.append(Slot(layer, direction, d, dtype))
+            self.slots.append(Slot(layer, direction, d, dtype, partial=partial))
         slot = self.slots[index]
+        if slot.partial != partial:
+            raise HaloExchangeError(
+                f"halo exchange #{index} (layer '{layer}') {'carries' if partial else 'does not carry'} partial sums "
+                f"now but {'did not' if partial else 'did'} in earlier steps or in the checkpoint: resume with the "
+                "strategy's halo_reduction of the run that wrote it."
+            )
         if (slot.layer, slot.direction, slot.d, slot.dtype) != (layer, direction, d, dtype):
             raise HaloExchangeError(
                 f"halo exchange #{index} of this training step is layer '{layer}' with {d} {dtype} "
@@ -186,6 +193,7 @@ class SlotTable:
                 "halo": None if s.halo is None else s.halo.detach().cpu(),
                 "grad": None if s.grad is None else s.grad.detach().cpu(),
                 "fresh_epoch": s.fresh_epoch,
+                "partial": s.partial,
             }
             for s in self.slots
         ]
@@ -200,6 +208,7 @@ class SlotTable:
                 halo=None if s["halo"] is None else s["halo"].to(device),
                 grad=None if s["grad"] is None else s["grad"].to(device),
                 fresh_epoch=s["fresh_epoch"],
+                partial=bool(s.get("partial", False)),
             )
             for s in state
         ]

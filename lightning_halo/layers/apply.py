@@ -24,11 +24,13 @@ from typing import Any, Callable, Hashable, Optional
 import torch
 from torch import Tensor
 
-from lightning_halo.exchange import Collectives, ExchangePlan
+from lightning_halo.exchange import Collectives, ExchangePlan, HaloExchanger
+from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.layers import normalize
 from lightning_halo.layers.call import LayerCall
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
+from lightning_halo.layers.reduction import covered_adjacency
 from lightning_halo.layers.registry import LayerSpec, Normalization
 from lightning_halo.partition.adjacency import Reduce
 from lightning_halo.partition.halo_partition import stacked_view
@@ -170,6 +172,25 @@ def layer_edges(
         adj = stored_adjacency(call, None, None, None)
         return LayerEdges(adj if adj is not None else fused_adjacency(target, canonical, call.weight, call.n_dst, agg.reduce, call.dtype, "raw"))
     return LayerEdges(canonical.flip(0) if call.flipped else canonical, call.weight)
+
+
+def covered_edges(call: LayerCall, edges: LayerEdges, exchanger: HaloExchanger) -> tuple[LayerEdges, CoverRoute]:
+    """The call's fused adjacency over ``[inner | block]`` with halo partial sums, and the route that fetches the block.
+
+    Kept per edge set and adjacency (every rank builds it at the same call: the owners are sent
+    the coefficients once, :meth:`~lightning_halo.exchange.HaloExchanger.cover_route`).
+    """
+    adj, reduce = edges.edge_index, call.aggregation.reduce
+    assert isinstance(adj, Tensor) and reduce is not None
+
+    def build() -> tuple[LayerEdges, CoverRoute]:
+        plan = exchanger.cover_plan()
+        n_dst = call.n_inner + plan.block if call.feed == "full" else call.n_inner
+        with torch.no_grad():
+            covered, coefficients = covered_adjacency(adj, reduce, plan, n_dst, call.dtype)
+        return LayerEdges(covered, edges.weight), exchanger.cover_route(coefficients, adj.device)
+
+    return call.edges.memo.get_or_build(("cover", call.feed, reduce, call.dtype), (adj,), build)
 
 
 def rewrite_arguments(

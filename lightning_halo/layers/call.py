@@ -12,7 +12,9 @@ it, see :mod:`lightning_halo.layers.apply`):
 3. :func:`choose_feed` and :func:`check_node_features`: how the node features are given to
    the layer (with halo rows appended, bipartite, or per propagation step);
 4. :func:`choose_normalization`: the normalisation lightning-halo computes with global degrees;
-5. :func:`choose_aggregation`: the fused sparse aggregation, or PyG's ``edge_index`` path and why.
+5. :func:`choose_aggregation`: the fused sparse aggregation, or PyG's ``edge_index`` path and why;
+6. :func:`~lightning_halo.layers.reduction.choose_reduction`: halo partial sums where they are
+   exact (fewer rows on the wire), or every halo row and why.
 
 Every stage is a function of its arguments; only :func:`resolve_edges` talks to the peers
 (a tiny agreement for an edge tensor that is not the partition's own object, and the reversed
@@ -32,6 +34,7 @@ from torch.nn import Module
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
 from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
+from lightning_halo.layers.reduction import HaloReduction, ReductionChoice, choose_reduction
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.
@@ -85,6 +88,7 @@ class LayerCall:
         max_propagations: ``propagate`` calls allowed (``None``: any).
         sparse_values: the values of a sparse adjacency it was given (``None``: an ``edge_index``).
         edge_arguments: edge-level arguments replaced by the target edges' aligned tensors.
+        reduction: whether its halo arrives with partial sums, or why not.
     """
 
     layer: str
@@ -100,6 +104,7 @@ class LayerCall:
     max_propagations: Optional[int]
     sparse_values: Optional[Tensor] = None
     edge_arguments: Mapping[str, Tensor] = field(default_factory=dict)
+    reduction: ReductionChoice = ReductionChoice(False, "halo_reduction='none'")
 
     @property
     def direction(self) -> Direction:
@@ -130,6 +135,10 @@ class LayerCall:
             how += ", halo exchanged before every propagation"
         if self.normalization is not None:
             how += f", {self.normalization.rule} normalisation with global degrees"
+        if self.reduction.cover:
+            how += ", halo partial sums where fewer rows cross (vertex cover)"
+        elif self.reduction.why not in ("one process", "halo_reduction='none'"):
+            how += f", every halo row ({self.reduction.why})"
         return how + (" [reversed edges]" if self.direction == "out" else "")
 
 
@@ -326,6 +335,7 @@ def build_call(
     arguments: Mapping[str, Any],
     edges: PartitionEdges,
     option: Aggregation,
+    reduction: HaloReduction = "none",
 ) -> Optional[LayerCall]:
     """The stages in order; ``None`` for unknown edges on one process (the layer then runs as written)."""
     validate_call(layer, arguments, torch.compiler.is_compiling())
@@ -343,6 +353,11 @@ def build_call(
     weight = edge_weight(spec, arguments, resolved)
     norm = choose_normalization(layer, spec, module, arguments, weight, flipped)
     on_cuda = (x[0] if isinstance(x, (tuple, list)) else x).is_cuda
+    aggregation = choose_aggregation(option, layer, spec, module, weight, flipped, on_cuda)
+    reduce_choice = choose_reduction(
+        reduction, edges.collectives.world_size, resolved.target.direction, resolved.target.subset,
+        resolved.sparse_values is not None, aggregation.reduce, spec.linear_before_aggregation(module),
+    )  # fmt: skip
     return LayerCall(
         layer=layer,
         cls=cls,
@@ -353,8 +368,9 @@ def build_call(
         dtype=dtype,
         weight=weight,
         normalization=norm,
-        aggregation=choose_aggregation(option, layer, spec, module, weight, flipped, on_cuda),
+        aggregation=aggregation,
         max_propagations=spec.max_propagations(module),
         sparse_values=resolved.sparse_values,
         edge_arguments=aligned,
+        reduction=reduce_choice,
     )

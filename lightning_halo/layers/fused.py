@@ -204,9 +204,23 @@ class FusedAdjacency(Tensor):
         n_dst, n_src = a.shape
         return csr(t_crow, t_col, a.values()[t_perm.long()], (n_src, n_dst))
 
+    def as_operator(self) -> FusedAdjacency:
+        r"""Mark the values as the final linear operator: ``mean`` products then take them as they are.
+
+        An adjacency with halo partial sums (:mod:`lightning_halo.layers.reduction`) has a column
+        per partial sum standing for several edges, so no row count can give the mean; its values
+        are :math:`S_{ij}/\deg_i` already, and a layer's ``mean`` product is a plain sum with them.
+        """
+        self.__dict__["_operator"] = True
+        return self
+
     def matmul_reduce(self, x: Tensor, reduce: Optional[str] = "sum") -> Tensor:
         """``torch.sparse.mm(self, x, reduce)`` with the cached-transpose backward for sum/mean."""
         reduce = "sum" if reduce in (None, "add") else reduce
+        if self.__dict__.get("_operator"):
+            if reduce not in ("sum", "mean"):
+                raise ValueError(f"an adjacency with partial sums is a linear operator; {reduce} aggregation cannot use it")
+            reduce = "sum"
         if reduce in ("sum", "mean"):
             a, a_t = self._pair(reduce, x.dtype, x.device)
             return CachedSpMM.apply(x, a, a_t)

@@ -23,7 +23,8 @@ from torch_geometric.nn import MessagePassing
 from lightning_halo._compat.pyg import restore, switch_off
 from lightning_halo._compat.torch import compiled_function, compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
-from lightning_halo.layers.apply import LayerEdges, layer_edges, rewrite_arguments, with_halo
+from lightning_halo.exchange.cover import CoverRoute
+from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
@@ -37,6 +38,7 @@ from lightning_halo.layers.registry import (
     refused_wrapper,
 )
 from lightning_halo.layers.propagate import count_propagation, step_inputs
+from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
 from lightning_halo.memo import WarnOnce
 from lightning_halo.partition.halo_partition import HaloPartition
 
@@ -49,11 +51,15 @@ class LayerContext:
     Args:
         exchanger (HaloExchanger): the rank's exchange (its collectives are given to the layer calls).
         aggregation (str): ``"auto"``, ``"edge_index"`` or ``"sparse"`` (see the strategy).
+        halo_reduction (str): ``"cover"`` or ``"none"`` (see the strategy).
     """
 
-    def __init__(self, exchanger: HaloExchanger, aggregation: Aggregation = "auto") -> None:
+    def __init__(
+        self, exchanger: HaloExchanger, aggregation: Aggregation = "auto", halo_reduction: HaloReduction = "cover"
+    ) -> None:
         check_aggregation(aggregation)
-        self.exchanger, self.aggregation = exchanger, aggregation
+        check_halo_reduction(halo_reduction)
+        self.exchanger, self.aggregation, self.halo_reduction = exchanger, aggregation, halo_reduction
         self.collectives = exchanger.collectives
         self.edges: Optional[PartitionEdges] = None
         #: How each layer ran (fused or edge_index, and why), by layer name.
@@ -79,9 +85,11 @@ class LayerContext:
         plan = self.exchanger.plan()
         return plan.n_inner, plan.n_halo, self.collectives.all_sum
 
-    def fetch(self, x_inner: Tensor, layer: str, direction: Direction, exact: bool) -> Tensor:
-        """The halo rows of ``x_inner`` (differentiable)."""
-        return self.exchanger.fetch(x_inner, layer, direction=direction, exact=exact)
+    def fetch(
+        self, x_inner: Tensor, layer: str, direction: Direction, exact: bool, route: Optional[CoverRoute] = None
+    ) -> Tensor:
+        """The halo rows of ``x_inner`` (differentiable): the route's block with partial sums, if given."""
+        return self.exchanger.fetch(x_inner, layer, direction=direction, exact=exact, route=route)
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -101,6 +109,7 @@ class _Running:
     call: LayerCall
     propagate_edges: Optional[LayerEdges] = None  # renormalising layers: every propagate gets these edges
     restore: Optional[tuple[str, Any]] = None
+    route: Optional[CoverRoute] = None  # its halo arrives with partial sums
     propagations: int = 0
 
 
@@ -184,7 +193,7 @@ class LayerHook:
             return None
         assert ctx.edges is not None
         bound = _signature(module).bind(*args, **kwargs)
-        call = build_call(self.name, module, self.spec, bound.arguments, ctx.edges, ctx.aggregation)
+        call = build_call(self.name, module, self.spec, bound.arguments, ctx.edges, ctx.aggregation, ctx.halo_reduction)
         if call is None:
             ctx.warn_once(
                 ("unknown-edges", self.name),
@@ -206,18 +215,22 @@ class LayerHook:
         ctx, spec = self.ctx, self.spec
         assert ctx.edges is not None
 
-        def fetch(rows: Tensor) -> Tensor:
-            return ctx.fetch(rows, self.name, call.direction, call.exact)
-
-        arguments["x"] = with_halo(arguments["x"], call.feed, fetch)
         plan = ctx.exchanger.plan(call.direction)
         edges = layer_edges(call, arguments["edge_index"], ctx.edges, ctx.collectives, plan)
+        route = None
+        if call.reduction.cover:
+            edges, route = covered_edges(call, edges, ctx.exchanger)
+
+        def fetch(rows: Tensor) -> Tensor:
+            return ctx.fetch(rows, self.name, call.direction, call.exact, route)
+
+        arguments["x"] = with_halo(arguments["x"], call.feed, fetch)
         takes_weight = spec.weight_arg is not None and spec.weight_arg in _signature(module).parameters
         propagate_edges = rewrite_arguments(call, spec, arguments, edges, takes_weight)
         restore_flag = None
         if spec.switch is not None and call.normalization is not None:
             restore_flag = (spec.switch, switch_off(module, spec.switch))  # our weights are final already
-        return _Running(call, propagate_edges, restore_flag)
+        return _Running(call, propagate_edges, restore_flag, route)
 
     # ------------------------------------------------------------------ propagate pre-hook
     def _propagate(self, module: Module, inputs: tuple) -> Optional[tuple]:
@@ -235,7 +248,7 @@ class LayerHook:
             step = f"{self.name}#{running.propagations}"
 
             def fetch(rows: Tensor, name: str) -> Tensor:
-                return self.ctx.fetch(rows, name, call.direction, call.exact)
+                return self.ctx.fetch(rows, name, call.direction, call.exact, running.route)
 
             return step_inputs(call, module, step, edge_index, kwargs, fetch)
         return None if running.propagate_edges is None else (edge_index, size, kwargs)

@@ -97,6 +97,9 @@ class LayerSpec:
         feed_for: per-instance override of the kind's feed (``"full"`` where PyG rejects
             bipartite input for an option).
         caches: names of PyG cache attributes, cleared when hooks are installed or removed.
+        partial_sums: whether an instance may receive halo partial sums on the fused path: it
+            transforms its rows linearly without bias (or not at all) before the aggregation,
+            so a sum of rows aggregates as the sum of their messages (``None``: never).
     """
 
     kind: LayerKind
@@ -109,6 +112,11 @@ class LayerSpec:
     sparse_reduce: Optional[Callable[[Module], Optional[Reduce]]] = None
     feed_for: Optional[Callable[[Module], Feed]] = None
     caches: tuple[str, ...] = ()
+    partial_sums: Optional[Callable[[Module], bool]] = None
+
+    def linear_before_aggregation(self, module: Module) -> bool:
+        """Whether ``module`` may receive halo partial sums (see ``partial_sums``)."""
+        return self.partial_sums is not None and bool(self.partial_sums(module))
 
     def max_propagations(self, module: Module) -> Optional[int]:
         p = self.propagations
@@ -199,6 +207,10 @@ def _cluster_norm(module: Module, args: dict) -> Optional[Normalization]:
     return Normalization("cluster", diag_lambda=float(module.diag_lambda))
 
 
+def _always(_: Module) -> bool:
+    return True
+
+
 def _relations(module: Module) -> int:
     return max(1, int(getattr(module, "num_relations", 1)))
 
@@ -206,21 +218,22 @@ def _relations(module: Module) -> int:
 _BIPARTITE = LayerSpec("bipartite")
 #: The built-in layers of torch_geometric.nn.conv by class name, and how each runs.
 _BUILTIN_SPECS: dict[str, LayerSpec] = {
-    "SAGEConv": LayerSpec("bipartite", sparse_reduce=_str_aggr),
-    "GraphConv": LayerSpec("bipartite", sparse_reduce=_str_aggr, weight_arg="edge_weight"),
-    "GINConv": LayerSpec("bipartite", sparse_reduce=_sum_aggr),
+    "SAGEConv": LayerSpec("bipartite", sparse_reduce=_str_aggr, partial_sums=lambda m: not m.project),
+    "GraphConv": LayerSpec("bipartite", sparse_reduce=_str_aggr, weight_arg="edge_weight", partial_sums=_always),
+    "GINConv": LayerSpec("bipartite", sparse_reduce=_sum_aggr, partial_sums=_always),
     "SimpleConv": LayerSpec(
         "bipartite",
         sparse_reduce=lambda m: None if m.combine_root == "self_loop" else _str_aggr(m),
         weight_arg="edge_weight",
-        feed_for=lambda m: "full" if m.combine_root == "self_loop" else "bipartite",
+        feed_for=lambda m: "full" if m.combine_root == "self_loop" else "bipartite", partial_sums=_always,
     ),
     "FiLMConv": LayerSpec("bipartite", propagations=_relations),
     "RGCNConv": LayerSpec("bipartite", propagations=_relations),
     "FastRGCNConv": LayerSpec("bipartite"),
     "RGATConv": LayerSpec("full"),
     "ClusterGCNConv": LayerSpec(
-        "full", norm=_cluster_norm, renormalizes=True, sparse_reduce=lambda m: _sum_aggr(m) if m.add_self_loops else None
+        "full", norm=_cluster_norm, renormalizes=True, sparse_reduce=lambda m: _sum_aggr(m) if m.add_self_loops else None,
+        partial_sums=_always,
     ),
     "PNAConv": LayerSpec("full"),
     "AGNNConv": LayerSpec("full"),
@@ -228,39 +241,42 @@ _BUILTIN_SPECS: dict[str, LayerSpec] = {
     "GCNConv": LayerSpec(
         "gcn", norm=_gcn_norm(_attr("improved"), _attr("add_self_loops"), "normalize"), switch="normalize",
         weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        partial_sums=lambda m: getattr(m.lin, "bias", None) is None,
     ),
     "LGConv": LayerSpec(
         "gcn", norm=_gcn_norm(_never, _never, "normalize"), switch="normalize", weight_arg="edge_weight",
-        sparse_reduce=_sum_aggr,
+        sparse_reduce=_sum_aggr, partial_sums=_always,
     ),
     "APPNP": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
-        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"), partial_sums=_always,
     ),
     "SGConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_x",),
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_x",), partial_sums=_always,
     ),
     "SSGConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_h",),
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_h",), partial_sums=_always,
     ),
     "TAGConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _never, "normalize"), switch="normalize",
-        weight_arg="edge_weight", sparse_reduce=_sum_aggr,
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, partial_sums=_always,
     ),
     # its propagations carry [stacks, N, F] tensors, which torch.sparse.mm cannot multiply
     "ARMAConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _never, None), renormalizes=True, weight_arg="edge_weight"
     ),
-    "GatedGraphConv": LayerSpec("steps", propagations=None, weight_arg="edge_weight", sparse_reduce=_sum_aggr),
+    "GatedGraphConv": LayerSpec(
+        "steps", propagations=None, weight_arg="edge_weight", sparse_reduce=_sum_aggr, partial_sums=_always
+    ),
     "MixHopConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), None), renormalizes=True,
-        weight_arg="edge_weight", sparse_reduce=_sum_aggr,
+        weight_arg="edge_weight", sparse_reduce=_sum_aggr, partial_sums=_always,
     ),
     "GCN2Conv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
-        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"),
+        switch="normalize", weight_arg="edge_weight", sparse_reduce=_sum_aggr, caches=("_cached_edge_index", "_cached_adj_t"), partial_sums=_always,
     ),
     "FAConv": LayerSpec(
         "steps", propagations=None, norm=_gcn_norm(_never, _attr("add_self_loops"), "normalize"),
@@ -560,15 +576,18 @@ def layer_table() -> list[tuple[str, str, str]]:
     """``(name, how it runs or why it is refused, fused kernel)`` for every known layer and wrapper, by name.
 
     Example:
-        >>> dict((n, f) for n, _, f in layer_table())["GCNConv"]
-        'yes'
+        >>> dict((n, f) for n, _, f in layer_table())["GATConv"]
+        'no'
     """
     rows = []
     for cls, spec in _REG.specs.items():
         how = _HOW[spec.kind]
         if spec.norm is not None and spec.kind != "gcn":
             how += "; its normalisation uses global degrees"
-        rows.append((cls.__name__, how, "yes" if spec.sparse_reduce is not None else "no"))
+        fused = "yes" if spec.sparse_reduce is not None else "no"
+        if spec.sparse_reduce is not None and spec.partial_sums is not None:
+            fused += ", with halo partial sums" + (" (mean/sum, project=False)" if cls.__name__ == "SAGEConv" else "")
+        rows.append((cls.__name__, how, fused))
     rows += [(name, f"exact: {how}", "as its inner layer") for name, how in _REG.wrappers.items()]
     rows += [(cls.__name__, f"refused: {why}", "-") for cls, why in _REG.refused.items()]
     rows += [(name, f"refused: {why}", "-") for name, why in _REG.refused_wrappers.items()]

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightning_halo.partition.chunks import iter_edges
+from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.csr import partition_csr
 from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
 from lightning_halo.partition.options import MASK_KEYS
@@ -268,9 +269,13 @@ def _classify_keys(data: Data) -> tuple[list[str], list[str], list[str]]:
     return node, edge, other
 
 
-def summarize(nodes: list[int], edges: list[int], halo_nodes: list[int], send_rows: list[int], edge_cut: int) -> dict[str, Any]:
+def summarize(
+    nodes: list[int], edges: list[int], halo_nodes: list[int], send_rows: list[int], edge_cut: int,
+    cover_rows: Optional[list[int]] = None,
+) -> dict[str, Any]:  # fmt: skip
     r"""The statistics dict of :func:`partition_stats` from per-part counts (see there)."""
     total = sum(nodes)
+    cover = {} if cover_rows is None else {"cover_rows": cover_rows, "halo_rows_cover": sum(cover_rows)}
     return {
         "num_parts": len(nodes),
         "nodes": nodes,
@@ -281,6 +286,7 @@ def summarize(nodes: list[int], edges: list[int], halo_nodes: list[int], send_ro
         "halo_rows": sum(halo_nodes),
         "balance": max(nodes) / (total / len(nodes)) if total else 1.0,
         "replication": 1.0 + sum(halo_nodes) / total if total else 1.0,
+        **cover,
     }
 
 
@@ -288,8 +294,10 @@ def partition_stats(partitions: list[HaloPartition]) -> dict[str, Any]:
     r"""Size and communication figures of a partitioning.
 
     Returns a dict with per-part lists ``nodes`` (inner), ``edges`` (local in-edges),
-    ``halo_nodes`` and ``send_rows``, and the totals ``edge_cut`` (edges whose endpoints
-    lie in different parts), ``halo_rows`` (rows one exchange moves: :math:`\sum_p |H_p|`),
+    ``halo_nodes``, ``send_rows`` and ``cover_rows`` (rows a part receives per exchange with
+    halo partial sums, :func:`~lightning_halo.partition.cover.halo_cover`), and the totals
+    ``edge_cut`` (edges whose endpoints lie in different parts), ``halo_rows`` (rows one
+    exchange moves: :math:`\sum_p |H_p|`), ``halo_rows_cover`` (the same with partial sums),
     ``balance`` (largest part / mean part, 1.0 is perfect) and ``replication``
     (:math:`1 + \sum_p |H_p| / N`).
 
@@ -306,7 +314,13 @@ def partition_stats(partitions: list[HaloPartition]) -> dict[str, Any]:
         halo_nodes=[int(p.n_halo) for p in partitions],
         send_rows=[int(p.send_counts.sum()) for p in partitions],
         edge_cut=sum(int((p.edge_index[0] >= int(p.n_inner)).sum()) for p in partitions),
+        cover_rows=[part_cover_rows(p) for p in partitions],
     )
+
+
+def part_cover_rows(part: HaloPartition) -> int:
+    """Rows ``part`` receives per exchange with halo partial sums (its :func:`~lightning_halo.partition.cover.halo_cover`)."""
+    return halo_cover(part.edge_index, int(part.n_inner), int(part.n_halo), part.recv_counts.tolist()).rows
 
 
 def partitioner_label(manifest: dict[str, Any]) -> str:
@@ -327,19 +341,22 @@ def format_stats(stats: dict[str, Any], title: str) -> list[str]:
     Shared by the DataModule's log and ``lightning-halo partition``.
 
     Example:
-        >>> print("\\n".join(format_stats(summarize([2, 2], [3, 1], [1, 0], [0, 1], 1), "metis, 2 parts")))
-        metis, 2 parts: edge cut 1, halo rows 1, balance 1.000, replication 1.250
-          part        nodes     in-edges       halo      sends
-             0            2            3          1          0
-             1            2            1          0          1
+        >>> print("\\n".join(format_stats(summarize([2, 2], [3, 1], [1, 0], [0, 1], 1, [1, 0]), "metis, 2 parts")))
+        metis, 2 parts: edge cut 1, halo rows 1 (1 with partial sums), balance 1.000, replication 1.250
+          part        nodes     in-edges       halo      sends      cover
+             0            2            3          1          0          1
+             1            2            1          0          1          0
     """
+    cover = stats.get("cover_rows")  # absent in directories written before partial sums
+    with_cover = f" ({stats['halo_rows_cover']} with partial sums)" if cover is not None else ""
     lines = [
-        f"{title}: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}, balance {stats['balance']:.3f}, "
+        f"{title}: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}{with_cover}, balance {stats['balance']:.3f}, "
         f"replication {stats['replication']:.3f}",
-        f"  {'part':>4} {'nodes':>12} {'in-edges':>12} {'halo':>10} {'sends':>10}",
+        f"  {'part':>4} {'nodes':>12} {'in-edges':>12} {'halo':>10} {'sends':>10}" + (f" {'cover':>10}" if cover else ""),
     ]
     for p in range(stats["num_parts"]):
         lines.append(
             f"  {p:>4} {stats['nodes'][p]:>12} {stats['edges'][p]:>12} {stats['halo_nodes'][p]:>10} {stats['send_rows'][p]:>10}"
+            + (f" {cover[p]:>10}" if cover else "")
         )
     return lines

@@ -35,9 +35,9 @@ def test_every_supported_layer_matches_the_whole_graph(layer: str, world_size: i
     data = awkward_graph(world_size)
     net = build_any(f"layer:{layer}", data)
     ref = reference(net, data, _layer_forward)
-    for aggregation in ("auto", "edge_index"):
-        got = run_threaded(net, data, world_size, _layer_forward, aggregation=aggregation)
-        assert_same(got, ref, what=f"{layer} at {world_size} ranks, aggregation={aggregation}")
+    for aggregation, halo_reduction in (("auto", "cover"), ("auto", "none"), ("edge_index", "cover")):
+        got = run_threaded(net, data, world_size, _layer_forward, aggregation=aggregation, halo_reduction=halo_reduction)
+        assert_same(got, ref, what=f"{layer} at {world_size} ranks, aggregation={aggregation}, {halo_reduction}")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -51,15 +51,18 @@ def test_every_supported_layer_matches_on_kaminpar_partitions(layer: str, world_
     assert_same(got, reference(net, data, _layer_forward), what=f"{layer} at {world_size} ranks, KaMinPar")
 
 
+PARTIAL_SUM_LAYERS = ("GCNConv", "SAGEConv", "GINConv", "GraphConv", "LGConv", "SimpleConv", "ClusterGCNConv", "APPNP",
+                      "SGConv", "TAGConv", "GCN2Conv", "MixHopConv", "SSGConv", "GatedGraphConv")  # fmt: skip
+
+
 def test_fused_path_is_taken_where_pyg_has_one() -> None:
     data = awkward_graph(2)
-    for layer in ("GCNConv", "SAGEConv", "GINConv", "GraphConv", "LGConv", "SimpleConv", "ClusterGCNConv", "APPNP",
-                  "SGConv", "TAGConv", "GCN2Conv", "MixHopConv", "SSGConv", "GatedGraphConv"):  # fmt: skip
+    for layer in PARTIAL_SUM_LAYERS:
         choices = run_threaded(build_any(f"layer:{layer}", data), data, 2, _layer_forward)["choices"]
-        assert all("fused sparse" in how for how in choices.values()), (layer, choices)
+        assert all("fused sparse" in how and "partial sums" in how for how in choices.values()), (layer, choices)
     for layer in ("GATConv", "TransformerConv", "GINEConv", "ChebConv", "FAConv", "SimpleConv/self_loop", "GCNConv/t2s"):
         choices = run_threaded(build_any(f"layer:{layer}", data), data, 2, _layer_forward)["choices"]
-        assert all("on edge_index" in how for how in choices.values()), (layer, choices)
+        assert all("on edge_index" in how and "every halo row" in how for how in choices.values()), (layer, choices)
 
 
 # -- wrappers and PyG's ready models ---------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,15 +26,26 @@ class _APPNP(nn.Module):
         return self.out(self.prop(F.relu(self.lin(x)), edge_index))
 
 
-def test_every_step_is_one_exchange_counted_exactly_at_one_bit() -> None:
+def _rows(rank: dict, halo_reduction: str) -> tuple[int, int]:
+    """Rows one exchange sends and receives: the plan's, or the cover's (fewer)."""
+    plan, cover = rank["plan"], rank["cover"]
+    if halo_reduction == "none":
+        return plan.num_send, plan.n_halo
+    assert cover.block <= plan.n_halo
+    return cover.num_send, cover.block
+
+
+@pytest.mark.parametrize("halo_reduction", ["cover", "none"])
+def test_every_step_is_one_exchange_counted_exactly_at_one_bit(halo_reduction: str) -> None:
     data = awkward_graph(3, dtype=torch.float32)
-    got = run_threaded(_APPNP(data.num_features), data, 3, bits=1, steps=2)
+    got = run_threaded(_APPNP(data.num_features), data, 3, bits=1, steps=2, halo_reduction=halo_reduction)
     for rank in got["ranks"]:
-        plan, meter = rank["plan"], rank["meter"]
+        meter = rank["meter"]
+        sent, received = _rows(rank, halo_reduction)
         assert rank["slots"] == [f"prop#{k}" for k in range(1, K + 1)]  # one training slot per step
         for k in range(1, K + 1):
-            assert meter[(f"prop#{k}", "fwd")] == 2 * plan.num_send * row_nbytes(H, 1)
-            assert meter[(f"prop#{k}", "bwd")] == 2 * plan.n_halo * row_nbytes(H, 1)
+            assert meter[(f"prop#{k}", "fwd")] == 2 * sent * row_nbytes(H, 1)
+            assert meter[(f"prop#{k}", "bwd")] == 2 * received * row_nbytes(H, 1)
 
 
 def test_pipelined_steps_are_stale_per_step() -> None:
@@ -44,12 +56,14 @@ def test_pipelined_steps_are_stale_per_step() -> None:
         assert rank["staleness"] == [1] * K  # epoch 2 used epoch 1's rows, at every step
 
 
-def test_cached_layers_exchange_exactly_once() -> None:
+@pytest.mark.parametrize("halo_reduction", ["cover", "none"])
+def test_cached_layers_exchange_exactly_once(halo_reduction: str) -> None:
     """SGConv(cached=True) keeps the partition's exact result: 32-bit exchanges, at the first call only."""
     data = awkward_graph(2, dtype=torch.float32)
-    got = run_threaded(_APPNP(data.num_features, cached_sgc=True), data, 2, bits=1, steps=3)
+    got = run_threaded(_APPNP(data.num_features, cached_sgc=True), data, 2, bits=1, steps=3, halo_reduction=halo_reduction)
     for rank in got["ranks"]:
-        plan, meter = rank["plan"], rank["meter"]
+        meter = rank["meter"]
+        sent, _ = _rows(rank, halo_reduction)
         assert rank["slots"] == []  # outside the training slots: never stale, never quantized
         for k in range(1, K + 1):
-            assert meter[(f"prop#{k}", "fwd")] == plan.num_send * H * 4  # raw float32 rows, once
+            assert meter[(f"prop#{k}", "fwd")] == sent * H * 4  # raw float32 rows, once

@@ -120,3 +120,26 @@ def test_layers_built_in_configure_model_are_hooked(tmp_path) -> None:
     trainer = _trainer(strategy=HaloQuantStrategy(bits=32))
     trainer.fit(Lazy(), datamodule=HaloDataModule(data, cache_dir=str(tmp_path)))
     assert "fused sparse" in trainer.strategy.layer_choices["conv"]
+
+
+@pytest.mark.multiprocess
+def test_ddp_communication_hooks_run_on_gloo(tmp_path) -> None:
+    """A DDP communication hook is registered on CPU/gloo too: an exact one keeps parity and is
+    called every step; fp16 compression changes the parameters a little, as it should."""
+    from tests.support.parity import assert_parity, load_records, run_parity
+
+    config = "gcn:2:cora"
+    run_parity([config], 2, tmp_path / "count", extra=["--comm-hook", "count"])
+    exact = assert_parity(config, 2, tmp_path / "count")
+    assert all(r.get("comm_hook_calls", 0) >= 5 for r in exact), [r.get("comm_hook_calls") for r in exact]
+    run_parity([config], 2, tmp_path / "fp16", extra=["--comm-hook", "fp16"])
+    for a, b in zip(exact, load_records(config, 2, tmp_path / "fp16")):
+        assert any(not torch.equal(a["params"][k], b["params"][k]) for k in a["params"]), "fp16 compression changed nothing"
+        for k in a["params"]:  # Adam's steps after fp16-rounded gradients: close to the exact ones, relatively
+            diff = float((b["params"][k] - a["params"][k]).norm() / a["params"][k].norm())
+            assert diff < 0.05, (k, diff)
+
+
+def test_a_communication_hook_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="ddp_comm_hook must be a DDP communication hook"):
+        HaloQuantStrategy(ddp_comm_hook="powersgd")  # type: ignore[arg-type]

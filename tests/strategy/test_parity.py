@@ -18,12 +18,14 @@ CONFIGS = [f"{kind}:{depth}:{graph}" for graph in ("cora", "awkward") for kind i
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
-    ("world_size", "partitioner"),
-    [(1, "metis"), (2, "metis"), (3, "metis"), (4, "metis"), (2, "kaminpar"), (3, "kaminpar"), (4, "kaminpar")],
-)
-def test_parity_with_single_process_pyg(world_size: int, partitioner: str, tmp_path) -> None:
-    """Both partitioners (at one process there is nothing to partition)."""
-    run_parity(CONFIGS, world_size, tmp_path, extra=["--partitioner", partitioner])
+    ("world_size", "partitioner", "halo_reduction"),
+    [(1, "metis", "cover"), (2, "metis", "cover"), (3, "metis", "cover"), (4, "metis", "cover"),
+     (2, "kaminpar", "none"), (3, "kaminpar", "cover"), (4, "kaminpar", "none")],
+)  # fmt: skip
+def test_parity_with_single_process_pyg(world_size: int, partitioner: str, halo_reduction: str, tmp_path) -> None:
+    """Both partitioners (at one process there is nothing to partition), with halo partial sums
+    (the default) and without (every ``halo_reduction`` is exact)."""
+    run_parity(CONFIGS, world_size, tmp_path, extra=["--partitioner", partitioner, "--halo-reduction", halo_reduction])
     for config in CONFIGS:
         assert_parity(config, world_size, tmp_path)
     if world_size > 1 and partitioner == "metis":  # the generated graph is built around METIS' last part

@@ -168,7 +168,8 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
     """(layer h->h, call style) for every layer in lightning_halo.supported_layers() and some variants.
 
     Call styles: ``plain`` ``conv(h, ei)``, ``attr`` ``conv(h, ei, edge_attr)``, ``x0``
-    ``conv(h, x0, ei)``, ``type`` ``conv(h, ei, edge_type)``. Variants are ``Class/option``.
+    ``conv(h, x0, ei)``, ``type`` ``conv(h, ei, edge_type)``, ``weight`` ``conv(h, ei, edge_attr[:, 0])``.
+    Variants are ``Class/option``.
     """
     from torch_geometric import nn as gnn
 
@@ -184,6 +185,8 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
         "SAGEConv/t2s": (lambda: gnn.SAGEConv(h, h, flow="target_to_source"), "plain"),
         "GraphConv": (lambda: gnn.GraphConv(h, h), "plain"),
         "GraphConv/mean": (lambda: gnn.GraphConv(h, h, aggr="mean"), "plain"),
+        "GraphConv/weighted": (lambda: gnn.GraphConv(h, h), "weight"),
+        "GCNConv/weighted": (lambda: gnn.GCNConv(h, h), "weight"),
         "GATConv": (lambda: gnn.GATConv(h, h // 2, heads=2, edge_dim=e), "attr"),
         "GATv2Conv": (lambda: gnn.GATv2Conv(h, h // 2, heads=2, edge_dim=e), "attr"),
         "TransformerConv": (lambda: gnn.TransformerConv(h, h // 2, heads=2, edge_dim=e), "attr"),
@@ -236,7 +239,8 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
 #: Every variant the layer tests run (the supported classes plus options that change how they run).
 LAYER_VARIANTS = (
     "GCNConv/improved", "GCNConv/t2s", "SAGEConv/max", "SAGEConv/sum", "SAGEConv/t2s", "GraphConv/mean",
-    "FiLMConv/relations", "SimpleConv/self_loop", "SGConv/cached", "ChebConv/rw",
+    "FiLMConv/relations", "SimpleConv/self_loop", "SGConv/cached", "ChebConv/rw", "GraphConv/weighted",
+    "GCNConv/weighted",
 )  # fmt: skip
 
 
@@ -258,6 +262,8 @@ class LayerNet(nn.Module):
             return conv(h, x0, edge_index)
         if self.style == "type":
             return conv(h, edge_index, edge_type)
+        if self.style == "weight":  # positive per-edge weights, the same tensor every call (a partition's column)
+            return conv(h, edge_index, edge_attr[:, 0])
         return conv(h, edge_index)
 
     def forward(self, x, edge_index, edge_attr=None, edge_type=None):

@@ -87,6 +87,7 @@ def run_threaded(
     *,
     bits: int = 32,
     aggregation: str = "auto",
+    halo_reduction: str = "cover",
     parts: Optional[list] = None,
     steps: int = 1,
     mode: Callable[[int], str] = lambda epoch: "sync",
@@ -101,7 +102,7 @@ def run_threaded(
     def rank_main(r: int) -> dict[str, Any]:
         net = copy.deepcopy(model)
         ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
-        ctx = LayerContext(ex, aggregation)  # type: ignore[arg-type]
+        ctx = LayerContext(ex, aggregation, halo_reduction)  # type: ignore[arg-type]
         hooks = [*install_hooks(net, ctx), *install_batch_norms(net, ctx)]
         part = parts[r]
         ex.bind(part)
@@ -118,6 +119,7 @@ def run_threaded(
         return {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
                 "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
                 "staleness": ex.staleness(), "plan": ex.plan(),
+                "cover": ex.cover_plan() if world_size > 1 else None,
                 "buffers": {k: b.clone() for k, b in net.named_buffers()}}  # fmt: skip
 
     results = on_threads(world_size, rank_main, timeout + 30)

@@ -109,6 +109,22 @@ def _trace(ex, rec: dict) -> None:
     ex.observe(lambda direction, epoch, slot, sent, received: rec["trace"].append((direction, epoch, slot, sent, received)))
 
 
+def _comm_hook(name: str | None, rec: dict):
+    """A DDP communication hook: PyTorch's fp16 compression, or the exact all-reduce counting its calls."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if name is None:
+        return None
+    if name == "fp16":
+        return default_hooks.fp16_compress_hook
+
+    def counting(state, bucket):
+        rec["comm_hook_calls"] = rec.get("comm_hook_calls", 0) + 1
+        return default_hooks.allreduce_hook(state, bucket)
+
+    return counting
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -124,6 +140,8 @@ def main() -> None:
     parser.add_argument("--loss", choices=sorted(LOSSES), default="mean", help="the loss form (tests.support.models.LOSSES)")
     parser.add_argument("--aggregation", default="auto", help="HaloQuantStrategy(aggregation=...)")
     parser.add_argument("--partitioner", default="metis", help="HaloDataModule(partitioner=...)")
+    parser.add_argument("--halo-reduction", default="cover", help="HaloQuantStrategy(halo_reduction=...)")
+    parser.add_argument("--comm-hook", choices=["count", "fp16"], default=None, help="HaloQuantStrategy(ddp_comm_hook=...)")
     args = parser.parse_args()
     world_size = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
@@ -140,7 +158,8 @@ def main() -> None:
         module.loss = args.loss
         dm = HaloDataModule(data, partitioner=args.partitioner, cache_dir=str(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(
-            bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation,
+            bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation, halo_reduction=args.halo_reduction,
+            ddp_comm_hook=_comm_hook(args.comm_hook, module.rec),
             # PyG's RGATConv leaves parameters unused; a cached SGConv stops its input's gradient after step 1
             find_unused_parameters="RGATConv" in config or "cached" in config,
         )  # fmt: skip
@@ -158,6 +177,10 @@ def main() -> None:
         module.rec["meter_total"] = dict(ex.meter.total)
         module.rec["meter_total_fp32"] = dict(ex.meter.total_fp32)
         module.rec["plan"] = {"num_send": ex.plan().num_send, "n_halo": ex.plan().n_halo}
+        cover = ex.built_cover_plan  # built during fit by the calls that took partial sums
+        if cover is not None:
+            module.rec["cover"] = {"num_send": cover.num_send, "n_halo": cover.block,
+                                   "send_counts": list(cover.send_counts), "recv_counts": list(cover.recv_counts)}
         module.rec["logged"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("halo/")}
         if args.eval:
             ev = quiet_trainer(world_size, strategy=HaloQuantStrategy())

@@ -1,0 +1,107 @@
+"""The partial-sum exchange over the in-process transport: blocks, gradients and bytes, exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_halo.exchange import HaloExchanger
+from lightning_halo.partition import build_halo_partitions, partition_graph
+from lightning_halo.quant import row_nbytes
+from lightning_halo.testing import ThreadGroup
+from tests.support.graphs import awkward_graph
+from tests.support.threaded import on_threads
+
+D = 5
+
+
+def _expected_block(part, cover, coefficients: torch.Tensor, x_global: torch.Tensor) -> torch.Tensor:
+    """The block a rank must receive, from the whole graph's rows: fetched rows, then partial sums."""
+    gid = part.global_id
+    n_inner = int(part.n_inner)
+    block = torch.zeros(cover.block, D, dtype=x_global.dtype)
+    block[cover.kept_pos] = x_global[gid[n_inner + cover.kept_cols]]
+    rows = x_global[gid[n_inner + cover.folded_col]] * coefficients.view(-1, 1)
+    block.index_add_(0, cover.partial_pos[cover.folded_partial], rows)
+    return block
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_blocks_and_gradients_equal_the_whole_graph_computation(world_size: int) -> None:
+    data = awkward_graph(world_size)
+    parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
+    x_global = torch.randn(data.num_nodes, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    g_global = torch.randn(data.num_nodes, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    group = ThreadGroup(world_size)
+
+    def rank(r: int) -> dict:
+        part = parts[r]
+        ex = HaloExchanger(group.transport(r), bits=32)
+        ex.bind(part)
+        ex.begin_step(True, epoch=0)
+        cover = ex.cover_plan()
+        coefficients = torch.rand(cover.folded_col.numel(), dtype=torch.float64, generator=torch.Generator().manual_seed(r))
+        route = ex.cover_route(coefficients, torch.device("cpu"))
+        x = x_global[part.inner_global_id].clone().requires_grad_(True)
+        block = ex.fetch(x, "conv", route=route)
+        # a loss whose block gradient is known: sum over the block of block * G_block
+        g_block = torch.randn(cover.block, D, dtype=torch.float64, generator=torch.Generator().manual_seed(10 + r))
+        (block * g_block).sum().backward()
+        return {"block": block.detach(), "want": _expected_block(part, cover, coefficients, x_global), "grad": x.grad,
+                "g_block": g_block, "cover": cover, "coefficients": coefficients, "meter": dict(ex.meter.total)}  # fmt: skip
+
+    res = on_threads(world_size, rank)
+    grad_global = torch.zeros(data.num_nodes, D, dtype=torch.float64)
+    for r, out in enumerate(res):
+        torch.testing.assert_close(out["block"], out["want"], rtol=1e-12, atol=1e-12)
+        part, cover = parts[r], out["cover"]
+        n_inner, gid = int(part.n_inner), parts[r].global_id
+        # the block's gradient flows back to the rows it came from, weighted by the coefficients
+        grad_global.index_add_(0, gid[n_inner + cover.kept_cols], out["g_block"][cover.kept_pos])
+        g_partial = out["g_block"][cover.partial_pos[cover.folded_partial]] * out["coefficients"].view(-1, 1)
+        grad_global.index_add_(0, gid[n_inner + cover.folded_col], g_partial)
+        assert out["meter"][("conv", "fwd")] == cover.num_send * row_nbytes(D, 32, torch.float64)
+        assert out["meter"][("conv", "bwd")] == cover.block * row_nbytes(D, 32, torch.float64)
+    for r, out in enumerate(res):
+        torch.testing.assert_close(out["grad"], grad_global[parts[r].inner_global_id], rtol=1e-12, atol=1e-12)
+    assert sum(o["cover"].block for o in res) < sum(int(p.n_halo) for p in parts)
+
+
+def test_stored_input_features_form_the_block_locally_without_traffic() -> None:
+    data = awkward_graph(2)
+    parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2), 2)
+    group = ThreadGroup(2)
+
+    def rank(r: int) -> tuple:
+        part = parts[r]
+        ex = HaloExchanger(group.transport(r), bits=1)
+        ex.bind(part)
+        ex.begin_step(True, epoch=0)
+        cover = ex.cover_plan()
+        c = torch.rand(cover.folded_col.numel(), dtype=part.x.dtype)
+        block = ex.fetch(part.x, "conv0", route=ex.cover_route(c, torch.device("cpu")))
+        return block, cover, c, dict(ex.meter.total), part
+
+    for block, cover, c, meter, part in on_threads(2, rank):
+        assert not any(layer == "conv0" for layer, _ in meter)  # the stored halo_x: nothing travelled
+        gid, n = part.global_id, int(part.n_inner)
+        want = torch.zeros(cover.block, data.x.size(1), dtype=data.x.dtype)
+        want[cover.kept_pos] = data.x[gid[n + cover.kept_cols]]
+        want.index_add_(0, cover.partial_pos[cover.folded_partial], data.x[gid[n + cover.folded_col]] * c.view(-1, 1))
+        torch.testing.assert_close(block, want)
+
+
+def test_a_slot_refuses_to_switch_between_rows_and_partial_sums() -> None:
+    from lightning_halo.exchange.meter import TrafficMeter
+    from lightning_halo.exchange.slots import SlotTable
+    from lightning_halo.exchange.wire import HaloExchangeError, SoloTransport, Wire
+
+    table = SlotTable(Wire(SoloTransport(), TrafficMeter()))
+    rows = torch.ones(2, 3)
+    table.slot(0, "conv1", "in", rows, partial=True)
+    with pytest.raises(HaloExchangeError, match="partial sums"):
+        table.slot(0, "conv1", "in", rows, partial=False)
+    state = table.state_dict()
+    assert state[0]["partial"] is True
+    table.load_state_dict(state, torch.device("cpu"))
+    assert table.slots[0].partial
