@@ -34,6 +34,8 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
             "HaloTrafficLogger",
         ],
         "lightning_halo.data": ["GraphValidationError", "HaloDataModule", "load_graph"],
+        "lightning_halo.data.link_datamodule": ["HaloLinkDataModule"],
+        "lightning_halo.link": ["gather_rows"],
         "lightning_halo.exchange": ["HaloExchangeError"],
         "lightning_halo.layers": [
             "UnsupportedEdgesError",
@@ -62,6 +64,8 @@ if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these stat
         HaloTrafficLogger,
     )
     from lightning_halo.data import GraphValidationError, HaloDataModule, load_graph
+    from lightning_halo.data.link_datamodule import HaloLinkDataModule
+    from lightning_halo.link import gather_rows
     from lightning_halo.exchange import HaloExchangeError
     from lightning_halo.layers import (
         UnsupportedEdgesError,

@@ -1,4 +1,4 @@
-"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition`` and ``verify``.
+"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition``, ``verify`` and ``link``.
 
 The verbs are dispatched before anything heavy is imported: ``lightning-halo --help`` imports
 Lightning (for the strategy registry) and nothing of PyG, the exchange or the quantizer;
@@ -33,6 +33,7 @@ _CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used t
                          "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 _PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
 _VERIFY_HELP = "Check that the model trains on partitions exactly as on one process (one step, compared per module)."
+_LINK_HELP = "Link prediction: 'link fit|validate|test|predict' with HaloLinkDataModule as the data (see docs)."
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
 #: The --ckpt_path value that asks for the freshly initialised weights on purpose.
@@ -164,6 +165,7 @@ def _verbs() -> dict[str, str]:
         verbs[name] = first_paragraph.split(". ")[0].rstrip(".") + "."
     verbs["partition"] = _PARTITION_HELP
     verbs["verify"] = _VERIFY_HELP
+    verbs["link"] = _LINK_HELP
     return verbs
 
 
@@ -197,11 +199,23 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
         from lightning_halo.cli_partition import main as partition_main
 
         return partition_main(argv[1:])
+    if argv[0] == "link":
+        from lightning_halo.cli_link import main as link_main
+
+        return link_main(argv[1:])
     if argv[0] == "verify":
         from lightning_halo.cli_verify import main as verify_main
 
         raise SystemExit(verify_main(argv[1:]))
     from lightning_halo.data import HaloDataModule
+
+    # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
+    run_cli(HaloCLI, HaloDataModule, argv, None if args is None else argv)
+    return None
+
+
+def run_cli(cli_class: type, datamodule_class: type, argv: list[str], args: Optional[list[str]]) -> None:
+    """Run ``cli_class`` (a :class:`HaloCLI`) with ``datamodule_class``; ``argv`` names the verb in errors."""
     from lightning_halo.shutdown import release_process_groups
 
     for module in SHORT_NAMES:
@@ -213,19 +227,17 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
         "callbacks": [EpochPrinter()],  # one line per epoch when the progress bar is off
     }
     try:
-        HaloCLI(
-            datamodule_class=HaloDataModule,
+        cli_class(
+            datamodule_class=datamodule_class,
             save_config_callback=SaveConfigBesideLogs,
             save_config_kwargs={"overwrite": True},
             trainer_defaults=trainer_defaults,
-            # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
-            args=None if args is None else argv,
+            args=args,
         )
     except CommandError as err:
         print(f"{PROG} {argv[0]}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     release_process_groups()  # before the interpreter exits: see lightning_halo.shutdown
-    return None
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing_extensions import override
 
 from lightning_halo._compat.lightning import StrategyRegistryType, compiled_by_trainer, stop_launched_ranks
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
+from lightning_halo.exchange.current import release_exchanger, use_exchanger
 from lightning_halo.layers.call import Aggregation
 from lightning_halo.layers.reduction import HaloReduction
 from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
@@ -409,6 +410,7 @@ class HaloQuantStrategy(DDPStrategy):
     # ------------------------------------------------------------------ steps
     def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition:
         batch = check_batch(args[0] if args else kwargs.get("batch"), self.global_rank, self.world_size)
+        use_exchanger(self.exchanger)  # lightning_halo.gather_rows in the step runs on it
         if self.exchanger.bind(batch):
             self._layers.bind(batch)
             if self.exchanger.active:
@@ -508,6 +510,7 @@ class HaloQuantStrategy(DDPStrategy):
         except Exception as err:  # a dead peer must not mask the original error
             log.warning("lightning-halo: could not flush pending halo exchanges: %s", err)
         self._remove_hooks()
+        release_exchanger(self.exchanger)
         if self._halo_group is not None:
             self.exchanger.connect(None)
             dist.destroy_process_group(self._halo_group)

@@ -62,11 +62,16 @@ def data_override(config: Path) -> list[str]:
     return ["--data.data", line.split(":", 1)[1].strip().strip("\"'").replace("../shared/datasets", str(shared))]
 
 
+def verbs_of(config: Path) -> tuple[str, ...]:
+    """How a config is run: ``link fit`` for the link-prediction configs (their header says so), else ``fit``."""
+    return ("link", "fit") if "lightning-halo link fit" in config.read_text() else ("fit",)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_config_trains(config: Path, tmp_path: Path) -> None:
     output = cli_ranks(
-        "fit", "--config", str(config), "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+        *verbs_of(config), "--config", str(config), "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
         "--trainer.default_root_dir", str(tmp_path), *data_override(config), tmp_path=tmp_path,
     )  # fmt: skip
     assert "lightning-halo traffic" in output
@@ -95,7 +100,7 @@ def test_top_level_help_lists_every_verb_without_importing_pyg() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "exit 0 heavy []"
     listed = re.search(r"\{([a-z,]+)\}", run.stdout).group(1).split(",")
-    assert listed == [*LightningCLI.subcommands(), "partition", "verify"]
+    assert listed == [*LightningCLI.subcommands(), "partition", "verify", "link"]
     assert noise_lines(run.stdout + run.stderr) == []
 
 
@@ -134,10 +139,10 @@ def cli_in_process(*args: str, capsys: pytest.CaptureFixture) -> str:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_print_config_round_trips(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    first = cli_in_process("fit", "--config", str(config), "--print_config", capsys=capsys)
+    first = cli_in_process(*verbs_of(config), "--config", str(config), "--print_config", capsys=capsys)
     saved = tmp_path / "printed.yaml"
     saved.write_text(first)
-    second = cli_in_process("fit", "--config", str(saved), "--print_config", capsys=capsys)
+    second = cli_in_process(*verbs_of(config), "--config", str(saved), "--print_config", capsys=capsys)
     assert second == first and "trainer:" in first
     assert "torch.distributed" not in first, "no torch-version-specific DDP arguments in saved configs"
 

@@ -70,3 +70,25 @@ def explicit_num_nodes(data: Any) -> Optional[int]:
     """
     store = data._store
     return store["num_nodes"] if "num_nodes" in store else None
+
+
+def pair_ids(edge_index: Any, num_nodes: int, force_undirected: bool = False) -> tuple[Any, int]:
+    """Node pairs as one id each, without self-loops, and the number of such pairs (PyG's negative-sampling vector).
+
+    ``torch_geometric.utils._negative_sampling.edge_index_to_vector``: the numbering PyG's
+    ``negative_sampling`` draws from, so our sampler draws from the same population.
+
+    Example:
+        >>> pair_ids(torch.tensor([[0, 1], [1, 0]]), 3)
+        (tensor([0, 2]), 6)
+    """
+    from torch_geometric.utils._negative_sampling import edge_index_to_vector
+
+    return edge_index_to_vector(edge_index, (num_nodes, num_nodes), False, force_undirected)
+
+
+def pairs_of(ids: Any, num_nodes: int, force_undirected: bool = False) -> Any:
+    """The inverse of :func:`pair_ids`: ``[2, k]`` pairs (with ``force_undirected``, both directions)."""
+    from torch_geometric.utils._negative_sampling import vector_to_edge_index
+
+    return vector_to_edge_index(ids, (num_nodes, num_nodes), False, force_undirected)

@@ -46,7 +46,9 @@ class HaloTrafficLogger(Callback):
     ``halo/codec_s`` (slowest rank's time quantizing and dequantizing);
     ``halo/eval_bytes`` for validation. At the end of fit, rank 0 prints MB sent and the
     reduction factor against float32, per layer and kind of traffic, and the figures are kept in
-    :attr:`summary`. :class:`HaloQuantStrategy` adds this callback itself.
+    :attr:`summary` (with link prediction also the pair exchange of
+    :func:`~lightning_halo.gather_rows` per epoch, ``summary["pair_bytes_per_epoch"]``).
+    :class:`HaloQuantStrategy` adds this callback itself.
 
     Example:
         >>> trainer.callback_metrics["halo/fwd_bytes"]  # doctest: +SKIP
@@ -121,6 +123,11 @@ class HaloTrafficLogger(Callback):
         ]
         for key, (b, f32) in rows.items():
             lines.append(f"  {key:<32} {b / _MB:10.3f} MB  (fp32 {f32 / _MB:10.3f} MB)")
+        pairs = sum(v[0] for k, v in rows.items() if k.startswith("gather_rows/") and k.endswith(("/fwd", "/bwd")))
+        if pairs:  # link prediction's pair rows (lightning_halo.gather_rows), per epoch: they dominate
+            self.summary["pair_bytes_per_epoch"] = pairs / max(trainer.current_epoch, 1)
+            per_epoch_mb = self.summary["pair_bytes_per_epoch"] / _MB
+            lines.append(f"  pair exchange (gather_rows, fwd + bwd) {per_epoch_mb:.3f} MB per epoch")
         lines.append(
             f"  training halo traffic {sent / _MB:.3f} MB vs {fp32 / _MB:.3f} MB as float32: "
             f"{_reduction_text(sent, fp32, bits, grad_bits)}; exchange wait {self.summary['wait_s']:.2f} s"

@@ -1,5 +1,6 @@
-"""Ready node-classification models, so that a config file alone can train."""
+"""Ready node-classification and link-prediction models, so that a config file alone can train."""
 
+from lightning_halo.models.link_predictor import LinkPredictor
 from lightning_halo.models.node_classifier import GAT, GCN, GIN, GraphSAGE, NodeClassifier
 
-__all__ = ["GAT", "GCN", "GIN", "GraphSAGE", "NodeClassifier"]
+__all__ = ["GAT", "GCN", "GIN", "GraphSAGE", "LinkPredictor", "NodeClassifier"]

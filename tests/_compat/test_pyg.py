@@ -85,3 +85,18 @@ def test_explicit_num_nodes_is_only_what_was_set() -> None:
     d = Data(x=x)
     d.num_nodes = 3
     assert explicit_num_nodes(d) == 3 and d.num_nodes == 3
+
+
+def test_pair_ids_number_pairs_without_self_loops_and_invert() -> None:
+    from lightning_halo._compat.pyg import pair_ids, pairs_of
+
+    n = 5
+    every = torch.tensor([(i, j) for i in range(n) for j in range(n) if i != j]).t()
+    ids, population = pair_ids(every, n)
+    assert population == n * (n - 1) and sorted(ids.tolist()) == list(range(population))
+    assert torch.equal(pairs_of(ids, n), every)
+    upper = every[:, every[0] < every[1]]
+    und, und_population = pair_ids(every, n, force_undirected=True)
+    assert und_population == n * (n - 1) // 2 and len(set(und.tolist())) == und_population
+    back = pairs_of(torch.unique(und), n, force_undirected=True)
+    assert set(map(tuple, back.t().tolist())) == set(map(tuple, every.t().tolist())) and upper.size(1) == und_population

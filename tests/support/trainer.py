@@ -37,5 +37,6 @@ class FakeTrainer:
 
     def __init__(self, world_size: int, rank: int = 0) -> None:
         self.world_size, self.global_rank = world_size, rank
+        self.current_epoch = 0
         self.strategy = _FakeStrategy()
         self.logger = None
