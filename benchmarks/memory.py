@@ -360,7 +360,8 @@ def rank_main(a: argparse.Namespace) -> None:
     # the model passes batch.edge_index; the strategy aggregates with the stored CSR (aggregation="auto")
     model = GraphSAGE(dm.num_features, dm.num_classes, hidden_channels=a.hidden, sparse=False)
     trainer = L.Trainer(
-        strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=world, max_epochs=a.epochs, logger=False,
+        strategy=HaloQuantStrategy(bits=32, **({"halo_reduction": a.halo_reduction} if a.halo_reduction else {})),
+        accelerator="cpu", devices=world, max_epochs=a.epochs, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_val_batches=0, callbacks=[Probe()],
     )  # fmt: skip
@@ -391,10 +392,12 @@ def rank_main(a: argparse.Namespace) -> None:
 
 
 def train(data: str, world: int, result: Path, *, cache_dir: Optional[str], epochs: int, hidden: int,
-          code: Optional[str] = None, timeout: float = 3600) -> dict[str, Any]:  # fmt: skip
+          code: Optional[str] = None, timeout: float = 3600, halo_reduction: Optional[str] = None) -> dict[str, Any]:  # fmt: skip
     tmp = result.with_suffix(".ranks")
     shutil.rmtree(tmp, ignore_errors=True)
     args = ["_rank", "--data", data, "--result", str(tmp), "--epochs", str(epochs), "--hidden", str(hidden)]
+    if halo_reduction:  # the strategy's default otherwise (and the only choice of code before partial sums)
+        args += ["--halo-reduction", halo_reduction]
     if cache_dir:
         args += ["--cache-dir", cache_dir]
     t = time.perf_counter()
@@ -426,7 +429,8 @@ def cmd_train(a: argparse.Namespace) -> None:
                 raise SystemExit(f"{directory} does not exist: run `python -m benchmarks.memory partition` first")
             suffix = "-" + re.sub(r"[^A-Za-z0-9]+", "-", a.variant).strip("-").lower() if a.variant else ""  # a file name
             target = RESULTS / a.label / f"train-dir-{partitioner}-{world}{suffix}.json"
-            rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden, code=a.code)
+            rec = train(str(directory), world, target, cache_dir=None, epochs=a.epochs, hidden=a.hidden, code=a.code,
+                        halo_reduction=a.halo_reduction)  # fmt: skip
             rec["partitioner"], rec["variant"] = partitioner, a.variant
             target.write_text(json.dumps(rec, indent=1))
             print(f"{a.label} {partitioner}, {world} ranks: {_line(rec)}", flush=True)
@@ -767,6 +771,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             t.add_argument("--partitioners", nargs="+", default=["metis", "kaminpar"])
             t.add_argument("--variant", default="", help="a name for the run's setting (e.g. an environment variable set)")
             t.add_argument("--code", default=None, help="import lightning_halo from this source tree instead")
+            t.add_argument("--halo-reduction", default=None, choices=["cover", "none"],
+                           help="HaloQuantStrategy(halo_reduction=...) (default: the strategy's); name it with --variant")
         else:
             t.add_argument("--graph", required=True)
             t.add_argument("--ranks", type=int, default=4)
@@ -802,6 +808,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     rk.add_argument("--cache-dir", default=None)
     rk.add_argument("--epochs", type=int, default=1)
     rk.add_argument("--hidden", type=int, default=64)
+    rk.add_argument("--halo-reduction", default=None)
     a = p.parse_args(argv)
     if a.cmd == "generate":
         print(json.dumps(generate(Path(a.out), a.nodes, a.degree, a.features, a.classes, a.blocks, a.p_in, a.noise, a.seed)))

@@ -34,7 +34,7 @@ _EXTRA = {  # graphs of ../shared/datasets that benchmarks.graphs does not name
 }
 
 
-def _source(name: str) -> str:
+def real_graph_source(name: str) -> str:
     from benchmarks.graphs import graph_source, shared_datasets
 
     if name in _EXTRA:
@@ -69,7 +69,7 @@ def one(graph: str, parts: int, partitioner: str) -> dict[str, Any]:
     from lightning_halo.data import load_graph
     from lightning_halo.partition import partition_graph
 
-    data = load_graph(_source(graph))
+    data = load_graph(real_graph_source(graph))
     base = status()["VmRSS"]
     reset_peak()
     t = time.perf_counter()

@@ -31,7 +31,7 @@ OUT = RESULTS / "reduction"
 
 def cover_rows(graphs: list[str], parts: list[int]) -> list[dict[str, Any]]:
     """Rows one exchange moves over all rank pairs, with and without partial sums (METIS), and the cover's time."""
-    from benchmarks.graphs import graph_source
+    from benchmarks.partitioners import real_graph_source as graph_source  # the graphs of ../shared/datasets
     from lightning_halo.data.sources import load_graph
     from lightning_halo.partition import build_halo_partitions, partition_graph
     from lightning_halo.partition.halo import part_cover_rows
@@ -51,28 +51,34 @@ def cover_rows(graphs: list[str], parts: list[int]) -> list[dict[str, Any]]:
                          "ratio": halo / max(sum(cover), 1), "partition_s": t1 - t0, "cover_s": t2 - t1})  # fmt: skip
             print(f"{name} {k} parts: {halo:,} -> {sum(cover):,} rows ({halo / max(sum(cover), 1):.2f}x), "
                   f"cover {t2 - t1:.2f} s vs partitioning {t1 - t0:.2f} s", flush=True)  # fmt: skip
+            _save("rows", rows)  # as it goes: a later graph's failure keeps the earlier ones
     return rows
 
 
 def cover_timing(dirs: list[str]) -> list[dict[str, Any]]:
-    """The cover of every part of written partition directories, timed against their partition step."""
+    """The cover of every part of written partition directories, timed against their partition step.
+
+    A directory written by this version times its cover in the same run (``timings["cover_s"]``);
+    for an older one the cover is computed and timed now, against the step's recorded time.
+    """
     from lightning_halo.data.partition_dir import read_manifest
     from lightning_halo.partition.cover import halo_cover
 
     out = []
     for d in dirs:
         manifest = read_manifest(d)
-        step = sum(manifest["timings"].get(k, 0.0) for k in ("partition_s", "halo_s", "write_s"))
+        timings = manifest["timings"]
+        step = sum(timings.get(k, 0.0) for k in ("partition_s", "halo_s", "write_s", "cover_s"))
         t0, rows, halo = time.perf_counter(), 0, 0
         for p in range(int(manifest["num_parts"])):
             state = torch.load(Path(d) / f"part_{p}.pt", mmap=True, weights_only=True, map_location="cpu")
             cover = halo_cover(state["edge_index"], int(state["n_inner"]), int(state["n_halo"]), state["recv_counts"].tolist())
             rows, halo = rows + cover.rows, halo + int(state["n_halo"])
-        cover_s = time.perf_counter() - t0
+        cover_s = timings.get("cover_s", time.perf_counter() - t0)
         out.append({"dir": str(d), "num_parts": int(manifest["num_parts"]), "partitioner": manifest["partitioner"],
                     "num_nodes": manifest["graph"]["num_nodes"], "num_edges": manifest["graph"]["num_edges"],
                     "halo_rows": halo, "cover_rows": rows, "cover_s": cover_s, "partition_step_s": step,
-                    "share": cover_s / step})  # fmt: skip
+                    "share": cover_s / step, "same_run": "cover_s" in timings})  # fmt: skip
         print(f"{d}: cover {cover_s:.1f} s = {100 * cover_s / step:.1f} % of the partition step ({step:.0f} s); "
               f"{halo:,} -> {rows:,} rows", flush=True)  # fmt: skip
     return out
@@ -134,13 +140,15 @@ def render() -> str:
     if timing.is_file():
         lines += ["The cover against the partition step (partitioner + halo plan + writing) of partition directories "
                   "(`python -m benchmarks.reduction timing`):", "",
-                  "| graph | partitioner | parts | rows | with partial sums | cover s | partition step s | share |",
-                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "| graph | partitioner | parts | rows | with partial sums | cover s | partition step s | share | timed |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in json.loads(timing.read_text()):
             size = f"{r['num_nodes'] / 1e6:.0f}M / {r['num_edges'] / 1e6:.0f}M"
             lines.append(f"| {size} | {r['partitioner']} | {r['num_parts']} | {r['halo_rows']:,} | {r['cover_rows']:,} | "
-                         f"{r['cover_s']:.1f} | {r['partition_step_s']:.0f} | {100 * r['share']:.1f} % |")  # fmt: skip
+                         f"{r['cover_s']:.1f} | {r['partition_step_s']:.0f} | {100 * r['share']:.1f} % | "
+                         f"{'in the same run' if r.get('same_run') else 'cover now, step when written'} |")  # fmt: skip
         lines.append("")
+    lines += _memory_lines()
     for path in sorted(OUT.glob("testbed-*.json")):
         pairs = [p for p in json.loads(path.read_text()) if not p.get("failed")]
         if not pairs:
@@ -157,6 +165,28 @@ def render() -> str:
                          f"{p['wait_rows']:.3f} / {p['wait_cover']:.3f} | {p['test_rows']:.4f} / {p['test_cover']:.4f} |")  # fmt: skip
         lines.append("")
     return "\n".join(lines)
+
+
+def _memory_lines() -> list[str]:
+    """Peak memory per rank with and without partial sums, from ``benchmarks.memory train --variant``
+    runs named "every row" and "partial sums" (real ranks, one training step)."""
+    found = []
+    for cover in sorted((RESULTS / "memory").glob("*/train-dir-*-partial-sums.json")):
+        rows = cover.with_name(cover.name.replace("-partial-sums", "-every-row"))
+        if rows.is_file():
+            found.append((cover.parent.name, json.loads(rows.read_text()), json.loads(cover.read_text())))
+    if not found:
+        return []
+    lines = ["Peak memory per rank above the idle process, one training step on real ranks, each pair run back to back "
+             "(`python -m benchmarks.memory train --variant \"every row\" --halo-reduction none`, then `\"partial sums\" cover`):",
+             "", "| graph | partitioner | ranks | every row MiB | partial sums MiB | ratio |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for label, rows, cover in found:
+        def peak(rec: dict) -> float:
+            return max(r["peak_rss"] - r["idle_rss"] for r in rec["ranks"]) / 2**20
+
+        lines.append(f"| {label} | {cover.get('partitioner', '')} | {cover['world']} | {peak(rows):.0f} | {peak(cover):.0f} | "
+                     f"{peak(cover) / peak(rows):.2f} |")  # fmt: skip
+    return [*lines, ""]
 
 
 def write_report(page: Path) -> None:

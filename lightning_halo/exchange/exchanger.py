@@ -175,6 +175,12 @@ class HaloExchanger:
             self._cover = build_cover_plan(plan, part.edge_index, cover, part.global_id, self._rows_exchange("cover"))
         return self._cover
 
+    def holds_input(self, x: Any) -> bool:
+        """Whether ``x`` (or a pair's source features) is one of the bound partition's own tensors, whose halo is
+        stored or exchanged once (:class:`~lightning_halo.exchange.inputs.InputHalos`), not per call."""
+        src = x[0] if isinstance(x, (tuple, list)) and x else x
+        return isinstance(src, Tensor) and self._inputs.holds(src)
+
     @property
     def built_cover_plan(self) -> Optional[CoverPlan]:
         """The partial-sum layout if a layer call has built it for the bound partition, else ``None``."""

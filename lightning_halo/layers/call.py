@@ -34,7 +34,7 @@ from torch.nn import Module
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
 from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
-from lightning_halo.layers.reduction import HaloReduction, ReductionChoice, choose_reduction
+from lightning_halo.layers.reduction import STORED_INPUT, HaloReduction, ReductionChoice, choose_reduction
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.
@@ -135,10 +135,13 @@ class LayerCall:
             how += ", halo exchanged before every propagation"
         if self.normalization is not None:
             how += f", {self.normalization.rule} normalisation with global degrees"
+        why = self.reduction.why
         if self.reduction.cover:
             how += ", halo partial sums where fewer rows cross (vertex cover)"
-        elif self.reduction.why not in ("one process", "halo_reduction='none'"):
-            how += f", every halo row ({self.reduction.why})"
+        elif why == STORED_INPUT:
+            how += f", {why} (nothing crosses)"
+        elif why not in ("one process", "halo_reduction='none'"):
+            how += f", every halo row ({why})"
         return how + (" [reversed edges]" if self.direction == "out" else "")
 
 
@@ -336,8 +339,12 @@ def build_call(
     edges: PartitionEdges,
     option: Aggregation,
     reduction: HaloReduction = "none",
+    stored_input: bool = False,
 ) -> Optional[LayerCall]:
-    """The stages in order; ``None`` for unknown edges on one process (the layer then runs as written)."""
+    """The stages in order; ``None`` for unknown edges on one process (the layer then runs as written).
+
+    ``stored_input``: the call's node features are the partition's own input features (their halo is held).
+    """
     validate_call(layer, arguments, torch.compiler.is_compiling())
     flipped = getattr(module, "flow", "source_to_target") == "target_to_source"
     resolved = resolve_edges(edges, arguments["edge_index"], layer, flipped)
@@ -357,6 +364,7 @@ def build_call(
     reduce_choice = choose_reduction(
         reduction, edges.collectives.world_size, resolved.target.direction, resolved.target.subset,
         resolved.sparse_values is not None, aggregation.reduce, spec.linear_before_aggregation(module),
+        stored_input and feed != "steps",  # a steps layer's later propagations read computed rows
     )  # fmt: skip
     return LayerCall(
         layer=layer,

@@ -193,7 +193,8 @@ class LayerHook:
             return None
         assert ctx.edges is not None
         bound = _signature(module).bind(*args, **kwargs)
-        call = build_call(self.name, module, self.spec, bound.arguments, ctx.edges, ctx.aggregation, ctx.halo_reduction)
+        stored = ctx.exchanger.holds_input(bound.arguments.get("x"))
+        call = build_call(self.name, module, self.spec, bound.arguments, ctx.edges, ctx.aggregation, ctx.halo_reduction, stored)
         if call is None:
             ctx.warn_once(
                 ("unknown-edges", self.name),

@@ -29,6 +29,8 @@ from lightning_halo.layers.fused import FusedAdjacency
 #: How halo rows cross the wire: see :class:`~lightning_halo.HaloQuantStrategy`'s ``halo_reduction``.
 HaloReduction = Literal["cover", "none"]
 HALO_REDUCTIONS: tuple[HaloReduction, ...] = get_args(HaloReduction)
+#: Why a call on the partition's input features takes every halo row: none of them crosses.
+STORED_INPUT = "its input's halo is stored in the partition"
 
 
 def check_halo_reduction(reduction: str) -> None:
@@ -52,6 +54,7 @@ def choose_reduction(
     user_sparse: bool,
     reduce: Optional[str],
     linear: bool,
+    stored_input: bool = False,
 ) -> ReductionChoice:
     """Partial sums where they are exact: a linear aggregation of the partition's own in-edges.
 
@@ -64,6 +67,9 @@ def choose_reduction(
         reduce: its fused aggregation (``None``: it runs on ``edge_index``).
         linear: the layer transforms its rows linearly (no bias) before aggregating
             (:attr:`~lightning_halo.layers.registry.LayerSpec.partial_sums`).
+        stored_input: the call reads the partition's input features at once (not per
+            propagation step), whose halo rows the partition holds: nothing crosses, and the
+            partial sums would only cost a local product.
     """
     if option == "none":
         return ReductionChoice(False, "halo_reduction='none'")
@@ -82,6 +88,8 @@ def choose_reduction(
         why = "edges kept by dropout_edge"
     elif user_sparse:
         why = "a user's sparse adjacency"
+    elif stored_input:
+        why = STORED_INPUT
     return ReductionChoice(not why, why)
 
 

@@ -25,6 +25,7 @@ OK = dict(option="cover", world_size=2, direction="in", subset=False, user_spars
         ({"direction": "out"}, "reversed edges"),
         ({"subset": True}, "dropout_edge"),
         ({"user_sparse": True}, "sparse adjacency"),
+        ({"stored_input": True}, "input's halo is stored"),
     ],
 )
 def test_partial_sums_only_where_exact(change: dict, why: str) -> None:
@@ -60,3 +61,32 @@ def test_operator_entries_divide_mean_by_the_row_and_operators_skip_it() -> None
     torch.testing.assert_close(torch.sparse.mm(op, x, "mean"), torch.sparse.mm(adj, x, "mean"))
     with pytest.raises(ValueError, match="linear operator"):
         op.matmul_reduce(x, "max")
+
+
+class _OnInputs(torch.nn.Module):
+    """GCN straight on batch.x (its halo is stored: nothing crosses), then GCN on computed rows."""
+
+    def __init__(self, d_in: int) -> None:
+        super().__init__()
+        from torch_geometric import nn as gnn
+
+        self.conv1, self.conv2 = gnn.GCNConv(d_in, 8), gnn.GCNConv(8, 3)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def test_a_layer_on_the_stored_input_features_takes_rows_the_next_takes_partial_sums() -> None:
+    from tests.support.graphs import awkward_graph
+    from tests.support.threaded import assert_same, plain_forward, reference, run_threaded
+
+    data = awkward_graph(2)
+    net = _OnInputs(data.num_features).to(data.x.dtype)
+    got = run_threaded(net, data, 2)
+    assert_same(got, reference(net, data, plain_forward), what="GCN on the input features, 2 ranks")
+    choices = got["choices"]
+    assert "stored in the partition (nothing crosses)" in choices["conv1"] and "partial sums" not in choices["conv1"]
+    assert "partial sums" in choices["conv2"]
+    for rank in got["ranks"]:
+        kinds = {kind for layer, kind in rank["meter"] if layer == "conv1"}
+        assert kinds <= {"aux"}, kinds  # the degrees, once; its rows are the partition's
