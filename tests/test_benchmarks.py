@@ -125,3 +125,15 @@ def test_report_figures_stay_readable_on_the_docs_page() -> None:
     with pytest.raises(ValueError, match="smallest text"):
         _save(fig, Path("/nonexistent"), "unreadable.png")
     plt.close(fig)
+
+
+def test_reduction_benchmark_counts_rows_and_renders(tmp_path, monkeypatch) -> None:
+    """benchmarks.reduction: the rows table of a real graph (partial sums never add rows) and the page section."""
+    from benchmarks import reduction
+
+    monkeypatch.setattr(reduction, "OUT", tmp_path)
+    rows = reduction.cover_rows(["cora"], [2, 3])
+    assert [r["parts"] for r in rows] == [2, 3]
+    assert all(0 < r["cover_rows"] < r["halo_rows"] for r in rows)
+    text = reduction.render()
+    assert "| cora | 2 |" in text and "with partial sums" in text

@@ -204,6 +204,10 @@ class FusedAdjacency(Tensor):
         n_dst, n_src = a.shape
         return csr(t_crow, t_col, a.values()[t_perm.long()], (n_src, n_dst))
 
+    def transpose_pattern(self) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """The transpose's pattern ``(t_crow, t_col, t_perm)`` given to :meth:`from_csr`, or ``None``."""
+        return self.__dict__.get("_transpose")
+
     def as_operator(self) -> FusedAdjacency:
         r"""Mark the values as the final linear operator: ``mean`` products then take them as they are.
 

@@ -93,27 +93,145 @@ def choose_reduction(
     return ReductionChoice(not why, why)
 
 
-def operator_entries(adj: Tensor, reduce: str, n_inner: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``(row, col, value)`` of the linear operator a fused product with ``adj`` applies, inner rows only.
+def operator_entries(adj: Tensor, reduce: str, first: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(row, col, value)`` of the linear operator a fused product with ``adj`` applies, rows ``[first, stop)``.
 
     ``mean`` divides by the row's stored entries, as the fused kernel does
     (:class:`~lightning_halo.layers.fused.FusedAdjacency`).
     """
     plain = adj.plain() if isinstance(adj, FusedAdjacency) else adj
-    crow = plain.crow_indices()[: n_inner + 1].long()
-    nnz = int(crow[-1])
-    col, val = plain.col_indices()[:nnz].long(), plain.values()[:nnz]
+    crow = plain.crow_indices()[first : stop + 1].long()
+    lo, hi = int(crow[0]), int(crow[-1])
+    col, val = plain.col_indices()[lo:hi].long(), plain.values()[lo:hi]
     per_row = crow[1:] - crow[:-1]
-    row = torch.repeat_interleave(torch.arange(n_inner, device=crow.device), per_row)
+    row = torch.repeat_interleave(torch.arange(first, stop, device=crow.device), per_row)
     if reduce == "mean":
-        val = val / per_row.clamp(min=1).to(val.dtype)[row]
+        val = val / per_row.clamp(min=1).to(val.dtype)[row - first]
     return row, col, val
 
 
+def _row_windows(adj: Tensor, n_rows: int, entries: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``entries`` stored entries each (bounded temporaries)."""
+    plain = adj.plain() if isinstance(adj, FusedAdjacency) else adj
+    crow = plain.crow_indices()[: n_rows + 1].long()
+    cuts = torch.searchsorted(crow, torch.arange(0, int(crow[-1]) + 1, max(entries, 1), device=crow.device)).tolist()
+    bounds = sorted({0, n_rows, *(min(max(c, 0), n_rows) for c in cuts)})
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+@dataclass
+class _Covered:
+    """The covered adjacency's arrays, filled a row window at a time."""
+
+    col: Tensor
+    val: Tensor
+    counts: Tensor
+    folded: list[tuple[Tensor, Tensor, Tensor]]  # (row, halo row, value) of folded entries
+    dest: Optional[Tensor] = None  # entry of the result each entry of ``adj`` went to (-1: folded)
+    partial_dest: Optional[Tensor] = None  # entry of the result of each partial sum's edge
+    at: int = 0
+
+
+def _cover_window(adj: Tensor, reduce: str, plan: CoverPlan, rows: tuple[int, int], partials: tuple[Tensor, Tensor], out: _Covered) -> None:
+    """Rows ``[first, stop)`` of the covered adjacency: fetched halo columns remapped into the block,
+    folded ones dropped (their values kept as coefficients), one entry per partial sum added."""
+    first, stop = rows
+    n_inner = plan.n_inner
+    row, col, val = operator_entries(adj, reduce, first, stop)
+    halo = col >= n_inner
+    block_pos = torch.full_like(col, -1)
+    block_pos[halo] = plan.partial_of_col().to(col.device)[col[halo] - n_inner]
+    folded = halo & (block_pos < 0)  # entries from halo rows that are not fetched
+    out.folded.append((row[folded], col[folded] - n_inner, val[folded]))
+    keep = ~folded
+    p_rows, p_cols = partials
+    sel = (p_rows >= first) & (p_rows < stop)
+    rows_all = torch.cat([row[keep], p_rows[sel]])
+    cols_all = torch.cat([torch.where(halo, n_inner + block_pos, col)[keep], p_cols[sel]])
+    vals_all = torch.cat([val[keep], torch.ones(int(sel.sum()), dtype=val.dtype, device=val.device)])
+    order = torch.argsort(rows_all * (n_inner + plan.block) + cols_all)
+    n = order.numel()
+    out.col[out.at : out.at + n] = cols_all[order].to(out.col.dtype)
+    out.val[out.at : out.at + n] = vals_all[order].to(out.val.dtype)
+    if out.dest is not None and out.partial_dest is not None:  # where each entry went, for the transpose
+        place = torch.empty_like(order)
+        place[order] = torch.arange(out.at, out.at + n, device=order.device)
+        window_dest = torch.full((row.numel(),), -1, dtype=out.dest.dtype, device=row.device)
+        window_dest[keep] = place[: int(keep.sum())].to(out.dest.dtype)
+        start = int(_entry_offset(adj, first))
+        out.dest[start : start + row.numel()] = window_dest
+        out.partial_dest[torch.nonzero(sel).view(-1)] = place[int(keep.sum()) :].to(out.partial_dest.dtype)
+    out.counts[first:stop] = torch.bincount(rows_all - first, minlength=stop - first)
+    out.at += n
+
+
+def _entry_offset(adj: Tensor, row: int) -> int:
+    plain = adj.plain() if isinstance(adj, FusedAdjacency) else adj
+    return int(plain.crow_indices()[row])
+
+
+def _segments(starts: Tensor, lengths: Tensor) -> Tensor:
+    """``cat([arange(s, s + l) for s, l in zip(starts, lengths)])``, vectorized."""
+    total = int(lengths.sum())
+    if not total:
+        return torch.empty(0, dtype=torch.long, device=starts.device)
+    shift = torch.repeat_interleave(starts - (torch.cumsum(lengths, 0) - lengths), lengths)
+    return shift + torch.arange(total, device=starts.device)
+
+
+def _covered_transpose(
+    pattern: tuple[Tensor, Tensor, Tensor], plan: CoverPlan, out: _Covered, index: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The covered adjacency's transpose pattern from ``adj``'s: its rows of inner sources and of
+    fetched halo rows (moved to their block positions), a one-entry row per partial sum; no sort."""
+    t_crow, t_col, t_perm = pattern[0].long(), pattern[1], pattern[2]  # the big two stay as stored (no copies)
+    n_inner, device = plan.n_inner, t_crow.device
+    assert out.dest is not None and out.partial_dest is not None
+    base_len = t_crow[1:] - t_crow[:-1]
+    kept_rows = n_inner + plan.kept_cols.to(device)
+    counts = torch.zeros(n_inner + plan.block, dtype=torch.long, device=device)
+    counts[:n_inner] = base_len[:n_inner]
+    counts[n_inner + plan.kept_pos.to(device)] = base_len[kept_rows]
+    counts[n_inner + plan.partial_pos.to(device)] = 1
+    crow = torch.zeros(counts.numel() + 1, dtype=torch.long, device=device)
+    crow[1:] = torch.cumsum(counts, 0)
+    col = torch.empty(int(crow[-1]), dtype=index, device=device)
+    perm = torch.empty(int(crow[-1]), dtype=index, device=device)
+    inner = int(t_crow[n_inner])
+    for lo in range(0, inner, 1 << 20):  # the inner sources' rows keep their place: copied a window at a time
+        hi = min(lo + (1 << 20), inner)
+        col[lo:hi] = t_col[lo:hi]
+        perm[lo:hi] = out.dest[t_perm[lo:hi].long()]
+    src = _segments(t_crow[kept_rows], base_len[kept_rows])
+    dst = _segments(crow[n_inner + plan.kept_pos.to(device)], base_len[kept_rows])
+    col[dst], perm[dst] = t_col[src].to(index), out.dest[t_perm[src].long()].to(index)
+    at = crow[n_inner + plan.partial_pos.to(device)]
+    col[at], perm[at] = plan.partial_target.to(device).to(index), out.partial_dest.to(index)
+    return crow.to(index), col, perm
+
+
+def _coefficients(plan: CoverPlan, folded: list[tuple[Tensor, Tensor, Tensor]], device: torch.device) -> Tensor:
+    """The folded entries' values in the plan's order (the order the owners expect them in)."""
+    n_halo = max(plan.n_halo, 1)
+    row, h, val = (torch.cat(parts) for parts in zip(*folded))
+    keys, order = torch.sort(row * n_halo + h)
+    want = plan.partial_target.to(device)[plan.folded_partial.to(device)] * n_halo + plan.folded_col.to(device)
+    at = torch.searchsorted(keys, want).clamp(max=max(keys.numel() - 1, 0))
+    if keys.numel() != want.numel() or (want.numel() and not torch.equal(keys[at], want)):
+        raise RuntimeError(
+            f"the layer's adjacency has {keys.numel()} entries from folded halo rows, the cover plan {want.numel()}; "
+            "its edges are not the partition's in-edges. Use halo_reduction='none'."
+        )
+    return val[order][at]
+
+
 def covered_adjacency(
-    adj: Tensor, reduce: str, plan: CoverPlan, n_dst: int, dtype: torch.dtype
+    adj: Tensor, reduce: str, plan: CoverPlan, n_dst: int, dtype: torch.dtype, window: int = 1 << 20
 ) -> tuple[FusedAdjacency, Tensor]:
     r"""The adjacency over ``[inner | block]`` and the coefficients of the folded edges (plan order).
+
+    Built a window of rows at a time into arrays of the final size (32-bit indices where they
+    fit), so building it costs the result and a few windows, not several copies of the edges.
 
     Args:
         adj (Tensor): the call's fused adjacency over ``[inner | halo]`` (rows past the inner ones ignored).
@@ -121,44 +239,33 @@ def covered_adjacency(
         plan (CoverPlan): the rank's cover layout.
         n_dst (int): rows of the result (``n_inner``, or ``n_inner + block`` for ``"full"`` feeds).
         dtype (torch.dtype): dtype of the values.
+        window (int, optional): stored entries per window. (default: ``2**20``)
 
     Returns:
         ``(adjacency, coefficients)``: the adjacency (a linear operator, see
         :meth:`~lightning_halo.layers.fused.FusedAdjacency.as_operator`) and ``[n_folded]``
         values :math:`m_{vu}` of the folded edges.
     """
-    n_inner, n_halo = plan.n_inner, plan.n_halo
-    row, col, val = operator_entries(adj, reduce, n_inner)
-    device = row.device
-    h = col - n_inner
-    pos = plan.partial_of_col().to(device)
-    halo = h >= 0
-    block_pos = torch.full_like(col, -1)
-    block_pos[halo] = pos[h[halo]]
-    folded = halo & (block_pos < 0)  # entries from halo rows that are not fetched
-    new_col = torch.where(halo, n_inner + block_pos, col)
-    keys, order = torch.sort(row[folded] * max(n_halo, 1) + h[folded])
-    want = plan.partial_target.to(device)[plan.folded_partial.to(device)] * max(n_halo, 1) + plan.folded_col.to(device)
-    at = torch.searchsorted(keys, want).clamp(max=max(keys.numel() - 1, 0))
-    if keys.numel() != want.numel() or (want.numel() and not torch.equal(keys[at], want)):
-        raise RuntimeError(
-            f"the layer's adjacency has {keys.numel()} entries from folded halo rows, the cover plan {want.numel()}; "
-            "its edges are not the partition's in-edges. Use halo_reduction='none'."
-        )
-    coefficients = val[folded][order][at]
-    keep = ~folded
-    partial_rows = plan.partial_target.to(device)
-    rows = torch.cat([row[keep], partial_rows])
-    cols = torch.cat([new_col[keep], n_inner + plan.partial_pos.to(device)])
-    vals = torch.cat([val[keep].to(dtype), torch.ones(partial_rows.numel(), dtype=dtype, device=device)])
-    return _csr(rows, cols, vals, (n_dst, n_inner + plan.block)).as_operator(), coefficients.to(dtype)
-
-
-def _csr(rows: Tensor, cols: Tensor, values: Tensor, size: tuple[int, int]) -> FusedAdjacency:
-    """A CSR adjacency from distinct ``(row, col)`` entries, with 32-bit indices where they fit
-    (half the index memory of the adjacency and of the transpose built from it)."""
-    order = torch.argsort(rows * size[1] + cols)
-    index = torch.int32 if max(size[1], rows.numel()) < 2**31 - 1 else torch.int64
-    crow = torch.zeros(size[0] + 1, dtype=torch.long, device=rows.device)
-    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=size[0]), 0)
-    return FusedAdjacency.from_csr(crow.to(index), cols[order].to(index), values[order], size)
+    n_inner, size = plan.n_inner, (n_dst, plan.n_inner + plan.block)
+    plain = adj.plain() if isinstance(adj, FusedAdjacency) else adj
+    device = plain.values().device
+    base = int(plain.crow_indices()[n_inner])
+    nnz = base - plan.folded_col.numel() + plan.partial_target.numel()
+    index = torch.int32 if max(size[1], nnz, base) < 2**31 - 1 else torch.int64
+    out = _Covered(torch.empty(nnz, dtype=index, device=device), torch.empty(nnz, dtype=dtype, device=device),
+                   torch.zeros(n_dst, dtype=torch.long, device=device), [])  # fmt: skip
+    pattern = adj.transpose_pattern() if isinstance(adj, FusedAdjacency) else None
+    if pattern is not None:  # its transpose follows from adj's: no conversion (memory)
+        out.dest = torch.empty(base, dtype=index, device=device)
+        out.partial_dest = torch.empty(plan.partial_target.numel(), dtype=index, device=device)
+    partials = (plan.partial_target.to(device), n_inner + plan.partial_pos.to(device))
+    for rows in _row_windows(adj, n_inner, window):
+        _cover_window(adj, reduce, plan, rows, partials, out)
+    if out.at != nnz:
+        raise RuntimeError(f"the covered adjacency has {out.at} entries, {nnz} were expected; use halo_reduction='none'")
+    crow = torch.zeros(n_dst + 1, dtype=torch.long, device=device)
+    crow[1:] = torch.cumsum(out.counts, 0)
+    transpose = _covered_transpose(pattern, plan, out, index) if out.dest is not None and pattern is not None else None
+    out.dest = out.partial_dest = None
+    covered = FusedAdjacency.from_csr(crow.to(index), out.col, out.val, size, transpose).as_operator()
+    return covered, _coefficients(plan, out.folded, device).to(dtype)

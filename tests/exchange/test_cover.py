@@ -15,6 +15,14 @@ from tests.support.threaded import on_threads
 D = 5
 
 
+def _bound(group: ThreadGroup, r: int, part, bits: int) -> tuple[HaloExchanger, object]:
+    """Rank ``r``'s exchanger bound to its part in a training step, and its cover plan (built collectively)."""
+    ex = HaloExchanger(group.transport(r), bits=bits)
+    ex.bind(part)
+    ex.begin_step(True, epoch=0)
+    return ex, ex.cover_plan()
+
+
 def _expected_block(part, cover, coefficients: torch.Tensor, x_global: torch.Tensor) -> torch.Tensor:
     """The block a rank must receive, from the whole graph's rows: fetched rows, then partial sums."""
     gid = part.global_id
@@ -31,15 +39,11 @@ def test_blocks_and_gradients_equal_the_whole_graph_computation(world_size: int)
     data = awkward_graph(world_size)
     parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
     x_global = torch.randn(data.num_nodes, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    g_global = torch.randn(data.num_nodes, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     group = ThreadGroup(world_size)
 
     def rank(r: int) -> dict:
         part = parts[r]
-        ex = HaloExchanger(group.transport(r), bits=32)
-        ex.bind(part)
-        ex.begin_step(True, epoch=0)
-        cover = ex.cover_plan()
+        ex, cover = _bound(group, r, part, 32)
         coefficients = torch.rand(cover.folded_col.numel(), dtype=torch.float64, generator=torch.Generator().manual_seed(r))
         route = ex.cover_route(coefficients, torch.device("cpu"))
         x = x_global[part.inner_global_id].clone().requires_grad_(True)
@@ -74,10 +78,7 @@ def test_stored_input_features_form_the_block_locally_without_traffic() -> None:
 
     def rank(r: int) -> tuple:
         part = parts[r]
-        ex = HaloExchanger(group.transport(r), bits=1)
-        ex.bind(part)
-        ex.begin_step(True, epoch=0)
-        cover = ex.cover_plan()
+        ex, cover = _bound(group, r, part, 1)
         c = torch.rand(cover.folded_col.numel(), dtype=part.x.dtype)
         block = ex.fetch(part.x, "conv0", route=ex.cover_route(c, torch.device("cpu")))
         return block, cover, c, dict(ex.meter.total), part

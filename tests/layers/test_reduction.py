@@ -53,7 +53,7 @@ def test_which_layers_are_linear_before_their_aggregation() -> None:
 
 def test_operator_entries_divide_mean_by_the_row_and_operators_skip_it() -> None:
     adj = FusedAdjacency.build(torch.tensor([[0, 1, 2, 2], [0, 0, 0, 1]]), None, 2, 3, "mean", torch.float64)
-    row, col, val = operator_entries(adj, "mean", 2)
+    row, col, val = operator_entries(adj, "mean", 0, 2)
     assert row.tolist() == [0, 0, 0, 1] and col.tolist() == [0, 1, 2, 2]
     assert torch.allclose(val, torch.tensor([1 / 3, 1 / 3, 1 / 3, 1.0], dtype=torch.float64))
     x = torch.randn(3, 2, dtype=torch.float64)
