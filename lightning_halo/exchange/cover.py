@@ -138,7 +138,10 @@ def build_cover_plan(
     local_partial = mine["folded_partial"] - mine["partial_start"][owner[fc]]
     pairs = torch.stack([local_partial, gid[plan.n_inner + fc]], dim=1)
     fold_chunks = list(torch.split(pairs, mine["folded_counts"].tolist()))
-    keeps, folds = exchange(keep_chunks), exchange(fold_chunks)
+    wire_device = plan.send_index.device  # NCCL moves CUDA tensors only; the layout is kept on the CPU
+    keeps, folds = (
+        [t.cpu() for t in exchange([c.to(wire_device) for c in chunks])] for chunks in (keep_chunks, fold_chunks)
+    )
     send_blocks = torch.split(plan.send_index.cpu(), list(plan.send_counts))
     inner_gid = gid[: plan.n_inner]
     rows, rows_pos, part_pos, f_part, f_col, send_counts = [], [], [], [], [], []
@@ -253,8 +256,8 @@ def build_route(
     c = coefficients.detach().cpu()
     dtype = c.dtype
     if exchange is not None:
-        got = exchange([t.view(-1, 1) for t in torch.split(c, list(plan.folded_counts))])
-        c_send = torch.cat([g.view(-1) for g in got]).to(dtype)
+        got = exchange([t.view(-1, 1).to(device) for t in torch.split(c, list(plan.folded_counts))])
+        c_send = torch.cat([g.view(-1).cpu() for g in got]).to(dtype)
     else:
         c_send = c
     one_send = torch.ones(plan.send_rows.numel(), dtype=dtype)

@@ -132,7 +132,9 @@ class _Covered:
     at: int = 0
 
 
-def _cover_window(adj: Tensor, reduce: str, plan: CoverPlan, rows: tuple[int, int], partials: tuple[Tensor, Tensor], out: _Covered) -> None:
+def _cover_window(
+    adj: Tensor, reduce: str, plan: CoverPlan, rows: tuple[int, int], partials: tuple[Tensor, Tensor], out: _Covered
+) -> None:
     """Rows ``[first, stop)`` of the covered adjacency: fetched halo columns remapped into the block,
     folded ones dropped (their values kept as coefficients), one entry per partial sum added."""
     first, stop = rows

@@ -28,7 +28,15 @@ class NodeFirstConv(MessagePassing):
         return self.propagate(edge_index, x=self.lin(x))
 
 
-register_layer(NodeFirstConv, "full")
+@pytest.fixture(autouse=True)
+def _node_first_registered():
+    """Registered for these tests only: a registration left behind would reach every later test that
+    runs all supported layers (their workers cannot build this test's class)."""
+    from lightning_halo.layers import registry
+
+    register_layer(NodeFirstConv, "full")
+    yield
+    registry._REG.specs.pop(NodeFirstConv, None)
 
 
 class QueryStates(nn.Module):
