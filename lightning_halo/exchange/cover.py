@@ -116,6 +116,23 @@ def _receiver_layout(cover: HaloCover, edge_index: Tensor, plan: ExchangePlan) -
     }
 
 
+def _swap_structure(
+    plan: ExchangePlan, cover: HaloCover, mine: dict[str, Tensor], gid: Tensor, exchange: RowsExchange
+) -> tuple[list[Tensor], list[Tensor]]:
+    """Tell each owner which of its rows I still fetch and which of its rows feed which of my partial
+    sums; returns what each peer told me (on the CPU: NCCL moves CUDA tensors only, so they travel
+    on the wire's device)."""
+    owner = halo_owners(plan.recv_counts)
+    keep_chunks = list(torch.split(cover.keep.long().view(-1, 1), list(plan.recv_counts)))
+    fc = mine["folded_col"]
+    local_partial = mine["folded_partial"] - mine["partial_start"][owner[fc]]
+    pairs = torch.stack([local_partial, gid[plan.n_inner + fc]], dim=1)
+    fold_chunks = list(torch.split(pairs, mine["folded_counts"].tolist()))
+    device = plan.send_index.device
+    keeps, folds = ([t.cpu() for t in exchange([c.to(device) for c in chunks])] for chunks in (keep_chunks, fold_chunks))
+    return keeps, folds
+
+
 def build_cover_plan(
     plan: ExchangePlan, edge_index: Tensor, cover: HaloCover, global_id: Tensor, exchange: RowsExchange
 ) -> CoverPlan:
@@ -130,18 +147,9 @@ def build_cover_plan(
     """
     world = plan.world_size
     mine = _receiver_layout(cover, edge_index, plan)
-    owner = halo_owners(plan.recv_counts)
     gid = global_id.long().cpu()
-    # to each owner: which of its rows I still fetch, and which of its rows feed which of my partial sums
-    keep_chunks = list(torch.split(cover.keep.long().view(-1, 1), list(plan.recv_counts)))
     fc = mine["folded_col"]
-    local_partial = mine["folded_partial"] - mine["partial_start"][owner[fc]]
-    pairs = torch.stack([local_partial, gid[plan.n_inner + fc]], dim=1)
-    fold_chunks = list(torch.split(pairs, mine["folded_counts"].tolist()))
-    wire_device = plan.send_index.device  # NCCL moves CUDA tensors only; the layout is kept on the CPU
-    keeps, folds = (
-        [t.cpu() for t in exchange([c.to(wire_device) for c in chunks])] for chunks in (keep_chunks, fold_chunks)
-    )
+    keeps, folds = _swap_structure(plan, cover, mine, gid, exchange)
     send_blocks = torch.split(plan.send_index.cpu(), list(plan.send_counts))
     inner_gid = gid[: plan.n_inner]
     rows, rows_pos, part_pos, f_part, f_col, send_counts = [], [], [], [], [], []
