@@ -113,7 +113,10 @@ class Probe(L.Callback):
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = time.perf_counter() - self._t0
+        self.record(trainer, time.perf_counter() - self._t0)
+
+    def record(self, trainer: L.Trainer, step: float) -> None:
+        """Append this epoch's record: ``step`` seconds of training (no evaluation) and the meters' figures."""
         self.train_s += step
         ex = getattr(trainer.strategy, "exchanger", None)
         m = ex.meter if ex is not None else None
@@ -275,12 +278,14 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             super().on_train_epoch_start(trainer, pl_module)
             self._batches = 0
+            self._trained = 0.0
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # type: ignore[no-untyped-def]
             self._batches += 1
+            self._trained = time.perf_counter() - self._t0  # validation runs after the last batch: not training time
 
         def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            Probe.on_train_batch_end(self, trainer, pl_module, None, None, 0)
+            self.record(trainer, self._trained)
             self.epochs[-1]["batches"] = self._batches
 
         def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

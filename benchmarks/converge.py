@@ -33,7 +33,7 @@ import re
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from benchmarks.harness import RESULTS, ROOT, Cluster, cluster_for, run_cell
 
@@ -83,7 +83,6 @@ def run_curve(rec: dict[str, Any]) -> dict[str, Any]:
         points.append((t, e[key]))
         if best is None or e[key] > best[1]:  # the first epoch reaching the maximum
             best = (e["epoch"], e[key], e.get(test_key, float("nan")), t)
-    last = e0[-1] if e0 else {}
     return {
         "metric": key, "points": points,
         "best_val": best[1] if best else float("nan"), "test_at_best": best[2] if best else float("nan"),
@@ -138,8 +137,8 @@ def _args(a: argparse.Namespace, graph: str, seed: int, budget: float, extra: li
             "--hidden", str(a.hidden), *extra]  # fmt: skip
 
 
-def run_one(a: argparse.Namespace, graph: str, model: str, method: str, seed: int, rate: str, cluster: Optional[Cluster],
-            extra: Optional[list[str]] = None, name: Optional[str] = None) -> dict[str, Any]:  # fmt: skip
+def run_one(a: argparse.Namespace, graph: str, model: str, method: str, seed: int, rate: str, cluster: Cluster | None,
+            extra: list[str] | None = None, name: str | None = None) -> dict[str, Any]:  # fmt: skip
     _, bits, mode, more = METHODS[method]
     budget = a.budget.get(graph, BUDGET.get(graph, 30.0))
     if method == "neighbor" and extra is None:
@@ -176,7 +175,10 @@ def cmd_run(a: argparse.Namespace) -> None:
                             if _done(graph, model, method, seed, rate, a):
                                 continue
                             if not _fits(a, graph, deadline):
-                                print(f"chunk time used up; stopped before {graph} {rate} {model} {method} s{seed}", flush=True)
+                                print(
+                                    f"chunk time used up; stopped before {graph} {rate} {model} {method} s{seed}",
+                                    flush=True,
+                                )
                                 return
                             if method == "single" and cluster:
                                 cluster.down()  # nothing else runs while a single process is timed
@@ -270,15 +272,18 @@ def summarise_group(by: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def best_one_bit(summary: dict[str, Any]) -> Optional[str]:
+def best_one_bit(summary: dict[str, Any]) -> str | None:
     """The 1-bit mode with the shortest median time to NeighborLoader's best validation score (ties: best validation)."""
     cands = [m for m in ONE_BIT if m in summary["methods"]]
     if not cands:
         return None
-    return min(cands, key=lambda m: (summary["methods"][m]["median_time_to_neighbor_best"], -summary["methods"][m]["best_val"][0]))
+    return min(
+        cands,
+        key=lambda m: (summary["methods"][m]["median_time_to_neighbor_best"], -summary["methods"][m]["best_val"][0]),
+    )
 
 
-def verdict(summary: dict[str, Any]) -> Optional[tuple[str, bool, float, float]]:
+def verdict(summary: dict[str, Any]) -> tuple[str, bool, float, float] | None:
     """(best 1-bit mode, whether it reaches NeighborLoader's best sooner, its median time, NeighborLoader's)."""
     m = best_one_bit(summary)
     if m is None or "neighbor" not in summary["methods"]:
@@ -302,8 +307,8 @@ def _time(s: dict[str, Any], key: str, reached: str, n: int) -> str:
 
 
 def group_table(summary: dict[str, Any]) -> list[str]:
-    rows = ["| method | seeds | time to common target | time to NeighborLoader's best | best val | test at best val | epochs | "
-            "optimizer steps | training s | stopped by |",
+    rows = [("| method | seeds | time to common target | time to NeighborLoader's best | best val | test at best val | epochs | "
+             "optimizer steps | training s | stopped by |"),
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for m in METHODS:
         s = summary["methods"].get(m)
@@ -318,7 +323,9 @@ def group_table(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
-def plot_group(graph: str, rate: str, groups: dict[str, dict[str, list[dict[str, Any]]]], summaries: dict[str, Any], img: Path) -> str:
+def plot_group(
+    graph: str, rate: str, groups: dict[str, dict[str, list[dict[str, Any]]]], summaries: dict[str, Any], img: Path
+) -> str:
     """Validation score against cumulative training time, one panel per model, every seed drawn."""
     import matplotlib
 
@@ -338,7 +345,15 @@ def plot_group(graph: str, rate: str, groups: dict[str, dict[str, list[dict[str,
                 for i, c in enumerate(c for c in groups[model].get(method, []) if "failed" not in c):
                     xs, ys = [p[0] for p in c["points"]], [p[1] for p in c["points"]]
                     color, dash = colors[method]
-                    ax.plot(xs, ys, color=color, linestyle=dash, linewidth=1.6, alpha=0.85, label=METHODS[method][0] if i == 0 else None)
+                    ax.plot(
+                        xs,
+                        ys,
+                        color=color,
+                        linestyle=dash,
+                        linewidth=1.6,
+                        alpha=0.85,
+                        label=METHODS[method][0] if i == 0 else None,
+                    )
                     key = c["metric"]
             t = summaries[model]["target"]
             if math.isfinite(t):
@@ -355,7 +370,7 @@ def plot_group(graph: str, rate: str, groups: dict[str, dict[str, list[dict[str,
         return _save(fig, img, f"converge-{graph}-{rate}.png")
 
 
-def render(root: Path = OUT, img: Optional[Path] = None, graphs: tuple[str, ...] = GRAPHS, rates: tuple[str, ...] = ("100mbit", "1gbit"),
+def render(root: Path = OUT, img: Path | None = None, graphs: tuple[str, ...] = GRAPHS, rates: tuple[str, ...] = ("100mbit", "1gbit"),
            models: tuple[str, ...] = ("gcn", "sage", "gat")) -> str:  # fmt: skip
     runs = load_runs(root)
     lines: list[str] = []
@@ -384,9 +399,10 @@ def render(root: Path = OUT, img: Optional[Path] = None, graphs: tuple[str, ...]
                 if v and model in ("gcn", "sage"):
                     m1, sooner, t1, tn = v
                     verdicts.setdefault(f"{model.upper()} at {rate}", []).append(
-                        f"{graph}: {'yes' if sooner else 'no'} ({METHODS[m1][0]} {_fmt_t(t1)} vs NeighborLoader {_fmt_t(tn)})")
-    head = ["Does the best 1-bit mode reach DDP + NeighborLoader's best validation score (mean over its seeds) sooner, "
-            "by median training time over seeds? (a seed that never reaches it counts as never):", ""]  # fmt: skip
+                        f"{graph}: {'yes' if sooner else 'no'} ({METHODS[m1][0]} {_fmt_t(t1)} vs NeighborLoader {_fmt_t(tn)})"
+                    )
+    head = [("Does the best 1-bit mode reach DDP + NeighborLoader's best validation score (mean over its seeds) sooner, "
+             "by median training time over seeds? (a seed that never reaches it counts as never):"), ""]  # fmt: skip
     for k, vs in verdicts.items():
         yes = sum(v.split(":")[1].strip().startswith("yes") for v in vs)
         head.append(f"- **{k}: {yes} of {len(vs)} graphs** — " + "; ".join(vs) + ".")
@@ -402,7 +418,7 @@ def _fmt_t(t: float) -> str:
 
 
 def write_page(page: Path, body: str) -> None:
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: converge -->\n).*?(<!-- END GENERATED: converge -->)", re.S)
+    pattern = re.compile(r"(<!-- BEGIN GENERATED: converge -->\n).*?(<!-- END GENERATED: converge -->)", re.DOTALL)
     text = page.read_text()
     if not pattern.search(text):
         raise SystemExit(f"{page} has no GENERATED: converge markers")
@@ -416,8 +432,8 @@ def cmd_report(a: argparse.Namespace) -> None:
     body = render(OUT, img, tuple(a.graphs), tuple(a.rates), tuple(a.models))
     tuned = json.loads(TUNING.read_text()) if TUNING.is_file() else {}
     if tuned:
-        rows = ["", "NeighborLoader settings (`converge tune`: each candidate on one seed, the best validation score within the "
-                "budget chosen; evaluation samples with the same fan-outs):", "",
+        rows = ["", ("NeighborLoader settings (`converge tune`: each candidate on one seed, the best validation score within the "
+                     "budget chosen; evaluation samples with the same fan-outs):"), "",
                 "| graph | model | chosen batch size | chosen fan-outs | candidates: batch size, fan-outs → best val |", "|---|---|---:|---|---|"]  # fmt: skip
         for g, by in tuned.items():
             for m, t in by.items():
@@ -448,9 +464,13 @@ def main() -> None:
         p.add_argument("--methods", nargs="+", default=[m for m in METHODS], choices=list(METHODS))
         p.add_argument("--nodes", type=int, default=2)
         p.add_argument("--hidden", type=int, default=256)
-        p.add_argument("--patience", type=int, default=PATIENCE, help="validations (epochs) without improvement before stopping")
-        p.add_argument("--budget", nargs="*", default=[], help="GRAPH=SECONDS of fit() per run (defaults: %s)" % BUDGET)
-        p.add_argument("--max-minutes", type=float, default=0, help="start no cell that would end after this many minutes")
+        p.add_argument(
+            "--patience", type=int, default=PATIENCE, help="validations (epochs) without improvement before stopping"
+        )
+        p.add_argument("--budget", nargs="*", default=[], help=f"GRAPH=SECONDS of fit() per run (defaults: {BUDGET})")
+        p.add_argument(
+            "--max-minutes", type=float, default=0, help="start no cell that would end after this many minutes"
+        )
         p.add_argument("--local", action="store_true", help="local processes instead of the SLURM testbed")
         p.add_argument("--force", action="store_true")
         p.add_argument("--page", default=str(ROOT / "docs" / "benchmarks.md"))
