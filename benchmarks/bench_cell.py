@@ -111,6 +111,19 @@ class Probe(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.allreduce_s = 0.0
         self._t0 = time.perf_counter()
+        self._phase: dict[str, float] = {}
+
+    def _mark(self, trainer: L.Trainer, name: str) -> None:
+        """Time (since the epoch's start) and halo wait so far at a phase boundary of the step."""
+        ex = getattr(trainer.strategy, "exchanger", None)
+        self._phase[name] = time.perf_counter() - self._t0
+        self._phase[f"{name}_wait"] = ex.meter.epoch_wait_s if ex is not None else 0.0
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        self._mark(trainer, "forward_end")
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._mark(trainer, "backward_end")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.record(trainer, time.perf_counter() - self._t0)
@@ -135,8 +148,21 @@ class Probe(L.Callback):
                 "staleness": max(ex.staleness(), default=0) if ex is not None else 0,
                 "rss_mb": _rss_mb(),
                 "mode": ex.mode if ex is not None else "single",
+                # phases of the step: forward (to the loss), backward (with DDP's all-reduce), the rest
+                # (optimizer); each with the halo wait inside it
+                **self._phases(step),
             }
         )
+
+    def _phases(self, step: float) -> dict[str, float]:
+        p = getattr(self, "_phase", {})
+        if "forward_end" not in p or "backward_end" not in p:
+            return {}
+        fwd, bwd = p["forward_end"], p["backward_end"]
+        return {
+            "forward_s": fwd, "backward_s": bwd - fwd, "optimizer_s": step - bwd,
+            "forward_wait_s": p["forward_end_wait"], "backward_wait_s": p["backward_end_wait"] - p["forward_end_wait"],
+        }  # fmt: skip
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or not self.epochs:

@@ -296,6 +296,11 @@ class HaloQuantStrategy(DDPStrategy):
         """Epochs since each training exchange (a layer, or a step ``layer#k``) last received fresh rows."""
         return dict(zip(self.exchanger.slot_layers(), self.exchanger.staleness()))
 
+    def halo_decisions(self) -> dict[str, tuple[str, float]]:
+        """In an ``"adaptive"`` run: per training exchange, this epoch's choice (``"pipelined"``: stale, or
+        ``"sync"``) and the drift, agreed by all ranks, that decided it (``inf``: not measured yet)."""
+        return dict(zip(self.exchanger.slot_layers(), self.exchanger.decisions()))
+
     # ------------------------------------------------------------------ environment
     @override
     def connect(self, model: pl.LightningModule) -> None:
@@ -424,7 +429,10 @@ class HaloQuantStrategy(DDPStrategy):
         epoch = int(trainer.current_epoch) if trainer is not None else 0
         mode = self._policy.mode_at(epoch) if training else "sync"
         # a run synchronous throughout never reads old halo rows: the slots do not keep them
-        self.exchanger.begin_step(training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync")
+        self.exchanger.begin_step(
+            training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync",
+            drift_bound=self._policy.drift_bound,
+        )  # fmt: skip
         return batch
 
     def _check_plans(self, part: HaloPartition) -> None:

@@ -137,3 +137,30 @@ def test_reduction_benchmark_counts_rows_and_renders(tmp_path, monkeypatch) -> N
     assert all(0 < r["cover_rows"] < r["halo_rows"] for r in rows)
     text = reduction.render()
     assert "| cora | 2 |" in text and "with partial sums" in text
+
+
+@pytest.mark.multiprocess
+def test_pipeline_cost_pairs_split_the_step_into_phases(tmp_path: Path) -> None:
+    """benchmarks.pipeline_cost: one A/B pair of local cells, the step's phases, the ratio and the page section."""
+    env, _ = _harness(tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.pipeline_cost", "run", "--graph", "cora", "--models", "gcn", "--layers", "3",
+         "--epochs", "5", "--repeats", "1", "--local"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads((tmp_path / "results" / "pipeline-cost" / "summary.json").read_text())
+    assert len(rows) == 1 and rows[0]["order"] == ["sync", "pipelined"]
+    cell = json.loads((tmp_path / "results" / "pipeline-cost" / "cora" / "2n-local" / "gcn-b1-pipelined-l3-r0.json").read_text())
+    for epoch in cell["ranks"][0]["epochs"]:
+        parts = epoch["forward_s"] + epoch["backward_s"] + epoch["optimizer_s"]
+        assert parts == pytest.approx(epoch["step_s"], rel=1e-9), "the phases partition the step"
+        assert 0 <= epoch["forward_wait_s"] <= epoch["forward_s"] and 0 <= epoch["backward_wait_s"] <= epoch["backward_s"]
+    pair = rows[0]
+    assert pair["ratio"] == pytest.approx(pair["pipelined"]["epoch_s"] / pair["sync"]["epoch_s"])
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# B\n<!-- BEGIN GENERATED: pipeline-cost -->\n<!-- END GENERATED: pipeline-cost -->\n")
+    report = subprocess.run([sys.executable, "-m", "benchmarks.pipeline_cost", "report", "--page", str(page)], env=env,
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "| cora | gcn | 1 | 3 | 2 nodes, local | 1 |" in page.read_text()

@@ -1,4 +1,4 @@
-"""HaloSchedule: sync, pipelined (bounded staleness) and periodic halo exchange, per epoch."""
+"""HaloSchedule: sync, pipelined (bounded staleness), periodic and adaptive halo exchange, per epoch."""
 
 from __future__ import annotations
 
@@ -25,23 +25,34 @@ class HaloSchedule(Callback):
     * ``mode="periodic"``: a synchronous refresh every ``refresh_every`` epochs; in between,
       layers reuse the refreshed rows with no traffic at all and no gradient crosses
       partitions (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style stale representations).
+    * ``mode="adaptive"``: per layer and epoch, pipelined (stale by one epoch, forward and
+      backward) while the rows the layer sends changed by at most ``drift_threshold`` (relative,
+      Frobenius) in the previous epoch, synchronous when they drift; each rank measures its own
+      sent rows before quantization and one tiny all-reduce of the per-layer maxima at the
+      epoch's start makes every rank take the same decision (staleness bounded by measured
+      change, as in `Sancus <https://doi.org/10.24963/ijcai.2023/724>`_). ``sync_every`` applies.
 
     The first epoch and ``warmup_epochs`` are synchronous. ``smoothing=m`` replaces received
     stale rows and gradients by the moving average :math:`m\,\text{old} + (1-m)\,\text{new}`
     (PipeGCN's smoothing). The decision depends on the epoch number only, so every rank issues
     the same collectives. The options are checked once, here, into a
     :class:`~lightning_halo.exchange.policy.HaloPolicy` that the schedule hands to the strategy
-    at setup. Logged each epoch: ``halo/mode`` (0 sync, 1 pipelined, 2 periodic),
-    ``halo/staleness`` (largest, also on the progress bar) and ``halo/staleness/<layer>``.
+    at setup. Logged each epoch: ``halo/mode`` (0 sync, 1 pipelined, 2 periodic, 3 adaptive),
+    ``halo/staleness`` (largest, also on the progress bar) and ``halo/staleness/<layer>``; in an
+    adaptive run also ``halo/stale_layers`` and ``halo/sync_layers`` (this epoch's decisions)
+    and ``halo/drift/<layer>`` (the agreed drift behind each).
 
     Args:
-        mode (str, optional): ``"sync"``, ``"pipelined"`` or ``"periodic"``. (default: ``"sync"``)
-        sync_every (int, optional): pipelined only: every k-th epoch is synchronous.
+        mode (str, optional): ``"sync"``, ``"pipelined"``, ``"periodic"`` or ``"adaptive"``. (default: ``"sync"``)
+        sync_every (int, optional): pipelined and adaptive: every k-th epoch is synchronous.
             (default: ``None``, never)
         refresh_every (int, optional): periodic only: epochs between refreshes. (default: ``10``)
         smoothing (float, optional): moving-average factor in ``[0, 1)`` for stale rows and
             gradients; ``0`` is off. (default: ``0.0``)
         warmup_epochs (int, optional): synchronous epochs before the mode starts. (default: ``0``)
+        drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
+            sent rows in the last epoch that lets it run stale in the next. (default: ``None``,
+            meaning :data:`~lightning_halo.exchange.policy.DRIFT_THRESHOLD`)
 
     Example:
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), devices=2,
@@ -55,9 +66,10 @@ class HaloSchedule(Callback):
         refresh_every: int = 10,
         smoothing: float = 0.0,
         warmup_epochs: int = 0,
+        drift_threshold: Optional[float] = None,
     ) -> None:
         #: The schedule's options, checked.
-        self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs)
+        self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs, drift_threshold)
 
     @property
     def mode(self) -> Mode:
@@ -95,6 +107,12 @@ class HaloSchedule(Callback):
         log_reduced(pl_module, {"halo/mode": MODES.index(mode)}, reduce_fx="max")
         log_reduced(pl_module, {"halo/staleness": max(stale.values(), default=0)}, reduce_fx="max", prog_bar=True)
         log_reduced(pl_module, {f"halo/staleness/{layer}": v for layer, v in stale.items()}, reduce_fx="max")
+        if mode == "adaptive":  # every rank agreed on these (SlotTable.decide): nothing to reduce either
+            decided = trainer.strategy.halo_decisions()  # type: ignore[attr-defined]
+            stale_layers = sum(d == "pipelined" for d, _ in decided.values())
+            counts = {"halo/stale_layers": stale_layers, "halo/sync_layers": len(decided) - stale_layers}
+            log_reduced(pl_module, counts, reduce_fx="max")
+            log_reduced(pl_module, {f"halo/drift/{layer}": v for layer, (_, v) in decided.items()}, reduce_fx="max")
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -105,4 +123,5 @@ class HaloSchedule(Callback):
             "refresh_every": p.refresh_every,
             "smoothing": p.smoothing,
             "warmup_epochs": p.warmup_epochs,
+            "drift_threshold": p.drift_threshold,
         }

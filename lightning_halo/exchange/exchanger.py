@@ -198,8 +198,9 @@ class HaloExchanger:
 
     # ------------------------------------------------------------------ steps
     def begin_step(
-        self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0, keep_history: bool = True
-    ) -> None:
+        self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0, keep_history: bool = True,
+        drift_bound: Optional[float] = None,
+    ) -> None:  # fmt: skip
         """Called by the strategy before each training/validation/test/predict step.
 
         ``mode`` and ``smoothing`` come from the schedule's
@@ -207,6 +208,9 @@ class HaloExchanger:
         starts the meter's epoch counts; evaluation steps are always ``"sync"``. ``keep_history``:
         whether synchronous steps keep their rows for later stale ones (not needed by a run that
         is synchronous throughout, see :meth:`~lightning_halo.exchange.slots.SlotTable.set_history`).
+        ``drift_bound``: the ``"adaptive"`` policy's threshold (``None`` otherwise); the first step
+        of an ``"adaptive"`` epoch agrees with the peers which layers run stale
+        (:meth:`~lightning_halo.exchange.slots.SlotTable.decide`, one tiny all-reduce).
         """
         if training and epoch != self._epoch:
             self.meter.reset_epoch()
@@ -216,6 +220,9 @@ class HaloExchanger:
         self._slots.set_smoothing(smoothing)
         if training:
             self._slots.set_history(keep_history)
+            self._slots.set_drift_bound(drift_bound)
+            if mode == "adaptive":
+                self._slots.decide(epoch)
         self._slot_index = 0
         self._anchors.clear()
 
@@ -234,6 +241,10 @@ class HaloExchanger:
     def staleness(self) -> list[int]:
         """Epochs since each training slot last held fresh rows (one entry per slot)."""
         return self._slots.staleness(self._epoch)
+
+    def decisions(self) -> list[tuple[Mode, float]]:
+        """Per training slot, in an ``"adaptive"`` run: this epoch's choice and the agreed drift behind it."""
+        return self._slots.decisions()
 
     def slot_layers(self) -> list[str]:
         """The layer (or propagation step) of each training slot, in call order."""

@@ -6,11 +6,16 @@ One vocabulary, from the user's option to the slot that carries a halo:
 * ``"pipelined"``: last epoch's rows while this epoch's travel, their gradients applied one epoch
   late (`PipeGCN <https://arxiv.org/abs/2203.10428>`_, Sylvie's asynchronous mode);
 * ``"periodic"``: the last refresh's rows, no traffic and no gradient across partitions
-  (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style).
+  (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style);
+* ``"adaptive"``: per layer, ``"pipelined"`` while the rows it sends barely move from epoch to
+  epoch, ``"sync"`` when they drift (`Sancus <https://doi.org/10.24963/ijcai.2023/724>`_-style
+  staleness bounded by the measured change, agreed by all ranks).
 
 :class:`HaloPolicy` holds a schedule's options, checked once when it is built, and answers
-which of the three an epoch runs (:meth:`HaloPolicy.mode_at`, a pure function of the epoch
-number, so every rank issues the same collectives). :class:`~lightning_halo.HaloSchedule`
+which of them an epoch runs (:meth:`HaloPolicy.mode_at`, a pure function of the epoch
+number, so every rank issues the same collectives; in an ``"adaptive"`` epoch each layer's
+choice is agreed by one tiny all-reduce at the epoch's start,
+:meth:`~lightning_halo.exchange.slots.SlotTable.decide`). :class:`~lightning_halo.HaloSchedule`
 builds one and hands it to the strategy; the exchanger applies the epoch's mode to every slot.
 """
 
@@ -19,9 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional, get_args
 
-Mode = Literal["sync", "pipelined", "periodic"]
-#: Every mode, in the order of their codes in the logged ``halo/mode`` metric (0, 1, 2).
+Mode = Literal["sync", "pipelined", "periodic", "adaptive"]
+#: Every mode, in the order of their codes in the logged ``halo/mode`` metric (0, 1, 2, 3).
 MODES: tuple[Mode, ...] = get_args(Mode)
+
+#: ``"adaptive"``'s default bound on the relative change of a layer's sent rows between two
+#: epochs, :math:`\lVert H_t - H_{t-1} \rVert_F / \lVert H_{t-1} \rVert_F`, below which that layer
+#: runs stale (pipelined) in the next epoch (see docs/modes.md for how it was chosen).
+DRIFT_THRESHOLD = 0.1
 
 
 def check_mode(mode: str) -> None:
@@ -34,6 +44,13 @@ def check_smoothing(smoothing: float) -> None:
     """PipeGCN's moving-average factor is in ``[0, 1)`` (``1`` would never take new rows)."""
     if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+
+
+def check_drift(drift_threshold: float) -> None:
+    """A relative change: a positive, finite number."""
+    ok = isinstance(drift_threshold, (int, float)) and not isinstance(drift_threshold, bool)
+    if not ok or not 0.0 < float(drift_threshold) < float("inf"):
+        raise ValueError(f"drift_threshold must be a positive number (a relative change, e.g. 0.1), got {drift_threshold!r}")
 
 
 def check_count(name: str, value: Optional[int], minimum: int, allow_none: bool = False) -> None:
@@ -51,15 +68,20 @@ class HaloPolicy:
 
     The first epoch and ``warmup_epochs`` are ``"sync"``. ``"pipelined"`` runs every later epoch
     pipelined, except every ``sync_every``-th, which is ``"sync"`` (Sylvie's bounded-staleness
-    adaptor); ``"periodic"`` refreshes every ``refresh_every`` epochs and reuses in between.
+    adaptor); ``"periodic"`` refreshes every ``refresh_every`` epochs and reuses in between;
+    ``"adaptive"`` epochs (``sync_every`` applies as for ``"pipelined"``) let each layer run
+    pipelined while its sent rows changed by at most ``drift_threshold`` in the last epoch.
 
     Args:
         mode (str, optional): ``"sync"``, ``"pipelined"`` or ``"periodic"``. (default: ``"sync"``)
-        sync_every (int, optional): pipelined only: every k-th epoch is synchronous. (default: ``None``)
+        sync_every (int, optional): pipelined and adaptive: every k-th epoch is synchronous. (default: ``None``)
         refresh_every (int, optional): periodic only: epochs between refreshes. (default: ``10``)
         smoothing (float, optional): weight of the old rows and gradients when stale ones land,
             :math:`m\,\text{old} + (1-m)\,\text{new}`, in ``[0, 1)``. (default: ``0.0``)
         warmup_epochs (int, optional): synchronous epochs before the mode starts. (default: ``0``)
+        drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
+            sent rows in the last epoch that lets it run stale. (default: ``None``, meaning
+            :data:`DRIFT_THRESHOLD`)
 
     Example:
         >>> [HaloPolicy("pipelined", sync_every=3).mode_at(e) for e in range(5)]
@@ -71,6 +93,7 @@ class HaloPolicy:
     refresh_every: int = 10
     smoothing: float = 0.0
     warmup_epochs: int = 0
+    drift_threshold: Optional[float] = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -78,16 +101,27 @@ class HaloPolicy:
         check_count("refresh_every", self.refresh_every, 1)
         check_smoothing(self.smoothing)
         check_count("warmup_epochs", self.warmup_epochs, 0)
-        if self.sync_every is not None and self.mode != "pipelined":
-            raise ValueError("sync_every applies to mode='pipelined' only")
+        if self.sync_every is not None and self.mode not in ("pipelined", "adaptive"):
+            raise ValueError("sync_every applies to mode='pipelined' or 'adaptive' only")
+        if self.drift_threshold is not None:
+            check_drift(self.drift_threshold)
+            if self.mode != "adaptive":
+                raise ValueError("drift_threshold applies to mode='adaptive' only")
+
+    @property
+    def drift_bound(self) -> Optional[float]:
+        """The adaptive threshold in effect (``None`` unless ``mode="adaptive"``)."""
+        if self.mode != "adaptive":
+            return None
+        return DRIFT_THRESHOLD if self.drift_threshold is None else float(self.drift_threshold)
 
     def mode_at(self, epoch: int) -> Mode:
         """The mode of training epoch ``epoch`` (validation and test are always ``"sync"``)."""
         start = max(1, self.warmup_epochs)
         if self.mode == "sync" or epoch < start:
             return "sync"
-        if self.mode == "pipelined":
-            return "sync" if self.sync_every is not None and epoch % self.sync_every == 0 else "pipelined"
+        if self.mode in ("pipelined", "adaptive"):
+            return "sync" if self.sync_every is not None and epoch % self.sync_every == 0 else self.mode
         return "sync" if (epoch - start) % self.refresh_every == 0 else "periodic"
 
 

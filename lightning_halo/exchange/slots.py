@@ -4,7 +4,9 @@ The :math:`k`-th halo exchange of a training step is *slot* :math:`k`; its state
 epochs. Forward, a slot returns this epoch's rows (``"sync"``), last epoch's rows while this
 epoch's travel (``"pipelined"``, PipeGCN / Sylvie's asynchronous mode) or the last refresh's
 rows with no traffic (``"periodic"``, DIGEST-style). Backward, the halo gradients go back to
-their owners likewise: at once, one epoch late, or not at all.
+their owners likewise: at once, one epoch late, or not at all. In an ``"adaptive"`` epoch each
+slot runs ``"pipelined"`` or ``"sync"``, as :meth:`SlotTable.decide` agreed at the epoch's start
+from the drift of the rows every rank sent in the previous epoch.
 
 Example:
     >>> from lightning_halo.exchange.meter import TrafficMeter
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
+
+import math
 
 import torch
 from torch import Tensor
@@ -43,6 +47,12 @@ class Slot:
     bwd_pending: Optional[Pending] = None
     fresh_epoch: int = -1  # epoch whose rows `halo` holds (staleness = now - fresh_epoch)
     partial: bool = False  # it carries partial sums (lightning_halo.exchange.cover), not the plan's rows
+    # adaptive: my rows of the last step, the relative change measured against them in the last
+    # step (-1: not measured yet), and what this epoch does (agreed by every rank in `decide`)
+    sent: Optional[Tensor] = None
+    drift: float = -1.0
+    decision: Mode = "sync"
+    agreed_drift: float = float("inf")
 
 
 class SlotTable:
@@ -57,6 +67,8 @@ class SlotTable:
         self.slots: list[Slot] = []
         self.smoothing = 0.0
         self.keep_history = True
+        self.drift_bound: Optional[float] = None
+        self._decided_epoch = -1
 
     def set_history(self, keep: bool) -> None:
         """Whether a synchronous step keeps its rows and gradients for later stale steps.
@@ -73,6 +85,53 @@ class SlotTable:
         Checked where the option is given (:class:`~lightning_halo.exchange.policy.HaloPolicy`).
         """
         self.smoothing = float(smoothing)
+
+    def set_drift_bound(self, bound: Optional[float]) -> None:
+        """``"adaptive"``'s threshold (``None``: another mode; nothing is measured or kept)."""
+        self.drift_bound = None if bound is None else float(bound)
+        if bound is None:
+            for s in self.slots:
+                s.sent, s.drift, s.decision = None, -1.0, "sync"
+
+    def decide(self, epoch: int) -> None:
+        r"""Agree, once per epoch, which slots run stale (``"pipelined"``) in this ``"adaptive"`` epoch.
+
+        A slot's local drift is :math:`\lVert S_{t-1} - S_{t-2} \rVert_F / \lVert S_{t-2} \rVert_F`
+        over the rows :math:`S` this rank sent for it in the last two steps, on the entries
+        non-zero in both (measured in :meth:`forward`, before quantization). One all-reduce of the per-slot maxima over all
+        ranks (exact, so every rank gets the same value) decides: stale when the largest drift
+        is at most :attr:`drift_bound`, synchronous otherwise (also while unmeasured).
+        """
+        if self._decided_epoch == epoch or self.drift_bound is None or not self.slots:
+            return
+        self._decided_epoch = epoch
+        device = next((s.sent.device for s in self.slots if s.sent is not None), torch.device("cpu"))
+        drifts = [s.drift if s.drift >= 0 else math.inf for s in self.slots]  # NaN fails `>= 0`: synchronous
+        local = torch.tensor(drifts, dtype=torch.float64, device=device)  # NCCL reduces device tensors only
+        agreed = self.wire.all_max(local, "adaptive")
+        for s, d in zip(self.slots, agreed.tolist()):
+            s.agreed_drift = d
+            s.decision = "pipelined" if d <= self.drift_bound else "sync"
+
+    def decisions(self) -> list[tuple[Mode, float]]:
+        """Per slot: what the current ``"adaptive"`` epoch does, and the agreed drift that decided it."""
+        return [(s.decision, s.agreed_drift) for s in self.slots]
+
+    def _measure(self, slot: Slot, send: Tensor) -> None:
+        """The relative change of my sent rows since the last step (kept for :meth:`decide`).
+
+        Only entries non-zero in both steps count: dropout draws a new mask every step (and ReLU
+        zeroes entries near 0), and a change of mask is noise of the same law in stale and fresh
+        rows, not drift of the representation; measured over all entries, dropout 0.5 alone
+        reads as a change of more than 100 %.
+        """
+        prev, cur = slot.sent, send.detach()
+        if prev is not None and prev.shape == cur.shape:
+            both = (prev != 0) & (cur != 0)
+            num = float(torch.where(both, cur - prev, 0).double().pow(2).sum())
+            den = float(torch.where(both, prev, 0).double().pow(2).sum())
+            slot.drift = math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+        slot.sent = cur
 
     def slot(self, index: int, layer: str, direction: Direction, rows: Tensor, partial: bool = False) -> Slot:
         """Slot ``index`` (created at its first use); it must see the same layer every step."""
@@ -105,6 +164,10 @@ class SlotTable:
         generator: torch.Generator,
     ) -> Tensor:
         """The halo rows for this step's forward; ``send`` are my rows for the peers."""
+        if self.drift_bound is not None:
+            self._measure(slot, send)
+        if mode == "adaptive":
+            mode = slot.decision
         if mode != "pipelined" and slot.fwd_pending is not None:
             self._land_fwd(slot)  # a pipelined epoch's rows, superseded by this epoch's
         if mode == "periodic" and slot.halo is not None:
@@ -134,6 +197,8 @@ class SlotTable:
         generator: torch.Generator,
     ) -> Optional[Tensor]:
         """Gradients for my sent rows (``[num_send, d]``), or None when none cross partitions."""
+        if mode == "adaptive":  # the slot's forward of this epoch decided
+            mode = slot.decision if slot is not None else "sync"
         if slot is not None and mode != "pipelined" and slot.bwd_pending is not None:
             self._land_bwd(slot)
         if mode == "periodic":
@@ -194,6 +259,8 @@ class SlotTable:
                 "grad": None if s.grad is None else s.grad.detach().cpu(),
                 "fresh_epoch": s.fresh_epoch,
                 "partial": s.partial,
+                "sent": None if s.sent is None else s.sent.detach().cpu(),
+                "drift": s.drift,
             }
             for s in self.slots
         ]
@@ -209,6 +276,8 @@ class SlotTable:
                 grad=None if s["grad"] is None else s["grad"].to(device),
                 fresh_epoch=s["fresh_epoch"],
                 partial=bool(s.get("partial", False)),
+                sent=None if s.get("sent") is None else s["sent"].to(device),
+                drift=float(s.get("drift", -1.0)),
             )
             for s in state
         ]

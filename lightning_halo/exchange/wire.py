@@ -221,6 +221,18 @@ class Wire:
             raise self.error(err, layer, "agreement") from err
         return flags
 
+    def all_max(self, values: Tensor, layer: str) -> Tensor:
+        """Element-wise maximum of a float tensor over all ranks, in place (exact: the same on every rank)."""
+        if self.transport.world_size == 1:
+            return values
+        self.meter.add(layer, "aux", values.numel() * values.element_size(), values.numel() * 4)
+        neg = values.neg_()
+        try:
+            self.transport.all_reduce_min_(neg)
+        except RuntimeError as err:
+            raise self.error(err, layer, "agreement") from err
+        return neg.neg_()
+
     def all_sum(self, values: Tensor, layer: str) -> Tensor:
         """Element-wise sum of ``values`` over all ranks, in place (one all-reduce; counted as ``aux`` bytes)."""
         if self.transport.world_size == 1:

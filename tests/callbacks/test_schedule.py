@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
+from lightning_halo.exchange.policy import MODES
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph, graph_by_name
 from tests.support.models import build_any, tiny_sage_module
@@ -190,3 +191,33 @@ def test_periodic_sends_nothing_between_refreshes(tmp_path) -> None:
                 assert train == 0, (epoch, counts)
             else:
                 assert train > 0, (epoch, counts)
+
+
+ADAPTIVE = "adaptive:0.05"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("world_size", "halo_reduction"), [(2, "cover"), (3, "none")])
+def test_adaptive_ranks_agree_and_match_the_stale_simulation_of_their_decisions(world_size: int, halo_reduction: str, tmp_path) -> None:
+    """Every rank takes the same per-layer decision each epoch, and the run equals the single-process
+    simulation of exactly those decisions (stale layers pipelined, the others synchronous)."""
+    config = "sage:3:awkward"
+    extra = ["--steps", str(EPOCHS), "--schedule", ADAPTIVE, "--trace", "--halo-reduction", halo_reduction]
+    run_parity([config], world_size, tmp_path, extra=extra)
+    recs = load_records(config, world_size, tmp_path)
+    decisions = recs[0]["decisions"]
+    assert all(rec["decisions"] == decisions for rec in recs), "ranks disagree"
+    assert all(rec["drifts"] == recs[0]["drifts"] for rec in recs), "the agreed drifts differ"
+    per_slot = [d for d in decisions if not isinstance(d, str)]
+    flat = {m for d in per_slot for m in d}
+    assert flat == {"sync", "pipelined"}, f"the test must see both decisions: {decisions} {recs[0]['drifts']}"
+    assert decisions[:2] == ["sync", ["sync", "sync"]], "epoch 0 is synchronous; epoch 1 has no drift measured yet"
+    ref = simulate(graph_by_name("awkward", world_size), build_any("sage:3", graph_by_name("awkward", world_size)),
+                   world_size, EPOCHS, lambda e: decisions[e])  # fmt: skip
+    for r, rec in enumerate(recs):
+        for name, p in ref.items():
+            torch.testing.assert_close(rec["params"][name], p, **TOL, msg=lambda m: f"rank {r} {name}: {m}")
+    assert recs[0]["logged"]["halo/mode"] == MODES.index("adaptive")
+    last = decisions[-1]
+    assert recs[0]["logged"]["halo/stale_layers"] == sum(d == "pipelined" for d in last)
+    assert recs[0]["logged"]["halo/sync_layers"] == sum(d == "sync" for d in last)

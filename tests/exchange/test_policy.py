@@ -6,11 +6,13 @@ import dataclasses
 
 import pytest
 
-from lightning_halo.exchange.policy import MODES, SYNC, HaloPolicy, check_count, check_mode, check_smoothing
+from lightning_halo.exchange.policy import (
+    DRIFT_THRESHOLD, MODES, SYNC, HaloPolicy, check_count, check_drift, check_mode, check_smoothing,
+)  # fmt: skip
 
 
 def test_modes_are_one_tuple_in_metric_code_order() -> None:
-    assert MODES == ("sync", "pipelined", "periodic")
+    assert MODES == ("sync", "pipelined", "periodic", "adaptive")
 
 
 def test_mode_at_is_a_function_of_the_epoch() -> None:
@@ -19,13 +21,27 @@ def test_mode_at_is_a_function_of_the_epoch() -> None:
         "sync", "sync", "sync", "periodic", "sync", "periodic",
     ]  # fmt: skip
     assert {SYNC.mode_at(e) for e in range(20)} == {"sync"}
+    # adaptive epochs leave the choice to each layer; warmup and sync_every are synchronous
+    assert [HaloPolicy("adaptive", sync_every=3, warmup_epochs=2).mode_at(e) for e in range(7)] == [
+        "sync", "sync", "adaptive", "sync", "adaptive", "adaptive", "sync",
+    ]  # fmt: skip
+
+
+def test_the_drift_bound_is_the_adaptive_modes_only() -> None:
+    assert HaloPolicy("adaptive").drift_bound == DRIFT_THRESHOLD
+    assert HaloPolicy("adaptive", drift_threshold=0.2).drift_bound == 0.2
+    assert HaloPolicy("pipelined").drift_bound is None and SYNC.drift_bound is None
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(mode="stale"), "unknown mode 'stale'; choose 'sync', 'pipelined' or 'periodic'"),
-        (dict(mode="periodic", sync_every=2), "sync_every applies to mode='pipelined' only"),
+        (dict(mode="stale"), "unknown mode 'stale'; choose 'sync', 'pipelined', 'periodic' or 'adaptive'"),
+        (dict(mode="periodic", sync_every=2), "sync_every applies to mode='pipelined' or 'adaptive' only"),
+        (dict(mode="pipelined", drift_threshold=0.1), "drift_threshold applies to mode='adaptive' only"),
+        (dict(mode="adaptive", drift_threshold=0), "drift_threshold must be a positive number"),
+        (dict(mode="adaptive", drift_threshold=float("inf")), "drift_threshold must be a positive number"),
+        (dict(mode="adaptive", drift_threshold="0.1"), "drift_threshold must be a positive number"),
         (dict(refresh_every=0), "refresh_every must be a positive integer, got 0"),
         (dict(warmup_epochs=True), "warmup_epochs must be a non-negative integer"),
         (dict(smoothing=1.0), r"smoothing must be a number in \[0, 1\)"),

@@ -120,3 +120,74 @@ def test_state_dict_round_trip_resumes_the_same_stale_rows() -> None:
     assert (a.layer, a.direction, a.d, a.dtype, a.fresh_epoch) == (b.layer, b.direction, b.d, b.dtype, b.fresh_epoch)
     assert torch.equal(a.halo, b.halo) and torch.equal(a.grad, b.grad)
     assert restored.staleness(5) == table0.staleness(5) == [5 - a.fresh_epoch]
+
+
+# ---------------------------------------------------------------- adaptive: per-slot decisions from drift
+def _scales(rank: int, slot: int, epoch: int) -> float:
+    """Rows of each slot: slot 0 changes by 1 % per epoch on both ranks; slot 1 likewise, except
+    that rank 1's rows jump by 50 % in epoch 3 (so only rank 1 sees its drift)."""
+    base = 1.0 + 0.01 * epoch
+    return base * (1.5 if slot == 1 and rank == 1 and epoch >= 3 else 1.0) * (rank + 1)
+
+
+def _adaptive_epochs(epochs: int, bound: float = 0.05, sync_at: tuple[int, ...] = ()):
+    def rank_fn(rank, wire):
+        table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
+        table.set_history(True)
+        table.set_drift_bound(bound)
+        seen = []
+        for epoch in range(epochs):
+            mode = "sync" if epoch == 0 or epoch in sync_at else "adaptive"
+            if mode == "adaptive":
+                table.decide(epoch)
+            step = []
+            for k, name in enumerate(("conv1", "conv2")):
+                send = torch.full((N, D), _scales(rank, k, epoch))
+                slot = table.slot(k, name, "in", send)
+                halo = table.forward(slot, send, mode, 32, _counts(rank), epoch, g)
+                table.backward(slot, name, -send, mode, 32, _counts(rank), epoch, g)
+                step.append((float(halo[0, 0]), slot.decision if mode == "adaptive" else "sync"))
+            seen.append(step)
+        table.flush()
+        return seen, table
+
+    return on_wires(2, rank_fn)
+
+
+def test_adaptive_runs_a_slot_stale_while_its_rows_barely_move_and_every_rank_agrees() -> None:
+    (seen0, t0), (seen1, t1) = _adaptive_epochs(6)
+    decisions = [[d for _, d in step] for step in seen0]
+    assert decisions == [[d for _, d in step] for step in seen1], "every rank takes the same decision"
+    # epoch 1: nothing measured yet -> sync; from epoch 2 slot 0 drifts 1 % -> stale;
+    # slot 1 drifts 50 % on rank 1 in epoch 3 -> synchronous in epoch 4 on *both* ranks, stale again in 5
+    assert decisions == [
+        ["sync", "sync"], ["sync", "sync"], ["pipelined", "pipelined"], ["pipelined", "pipelined"],
+        ["pipelined", "sync"], ["pipelined", "pipelined"],
+    ]  # fmt: skip
+    for rank, seen in enumerate((seen0, seen1)):
+        peer = 1 - rank
+        for epoch, step in enumerate(seen):
+            for k, (halo, decision) in enumerate(step):
+                used = epoch - 1 if decision == "pipelined" else epoch  # stale: last epoch's rows
+                assert halo == pytest.approx(_scales(peer, k, used)), (rank, epoch, k)
+    drift = t0.decisions()[1][1]
+    assert drift == pytest.approx(0.01 / 1.03), "epoch 5 decided on the drift from epoch 3 to 4 (the same on both ranks)"
+    # the agreement is one 16-byte all-reduce in each of the 5 adaptive epochs, counted as aux traffic
+    assert sum(v for (layer, kind), v in t0.wire.meter.total.items() if kind == "aux") == 5 * 2 * 8
+
+
+def test_adaptive_with_a_tight_bound_is_synchronous_and_sync_epochs_stay_synchronous() -> None:
+    for seen, _ in _adaptive_epochs(5, bound=0.001):
+        assert {d for step in seen for _, d in step} == {"sync"}
+    for seen, _ in _adaptive_epochs(5, sync_at=(3,)):
+        assert [d for _, d in seen[3]] == ["sync", "sync"]
+
+
+def test_adaptive_state_round_trips_and_other_modes_keep_nothing() -> None:
+    (_, table0), _ = _adaptive_epochs(4)
+    restored = SlotTable(wire=None)  # type: ignore[arg-type]
+    restored.load_state_dict(table0.state_dict(), torch.device("cpu"))
+    for a, b in zip(table0.slots, restored.slots):
+        assert torch.equal(a.sent, b.sent) and a.drift == b.drift
+    restored.set_drift_bound(None)
+    assert all(s.sent is None and s.drift == -1.0 for s in restored.slots)

@@ -8,12 +8,15 @@ constant). For layer ``l >= 1`` (halo slot ``l - 1``):
   injected into the owners' rows in the *next* epoch's backward;
 * ``periodic``: the halo is the last refresh's rows; no gradient crosses partitions.
 
+``step_mode(epoch)`` gives the epoch's mode, or one mode per slot (what an ``"adaptive"`` epoch
+decided for each layer).
+
 The objective is ``(1/P) sum_q (P n_q / N) L_q``, i.e. what DDP averages.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +33,9 @@ def _owner_slices(parts, q: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int], str], lr: float = 0.01) -> dict:
+def simulate(
+    data, net, world_size: int, epochs: int, step_mode: Callable[[int], Union[str, Sequence[str]]], lr: float = 0.01
+) -> dict:
     parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
     P = world_size
     n_total = int(data.train_mask.sum())
@@ -38,7 +43,7 @@ def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int],
     B: dict[tuple[int, int], torch.Tensor] = {}  # (slot, receiver) -> halo rows to reuse
     G: dict[tuple[int, int], torch.Tensor] = {}  # (slot, owner) -> gradients for its sent rows
     for epoch in range(epochs):
-        mode = step_mode(epoch)
+        modes = step_mode(epoch)
         opt.zero_grad()
         h = [p.x for p in parts]
         objective = torch.zeros((), dtype=data.x.dtype)
@@ -49,6 +54,7 @@ def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int],
                 halos = [data.x[p.global_id[int(p.n_inner) :]] for p in parts]
             else:
                 slot = li - 1
+                mode = modes if isinstance(modes, str) else modes[slot]
                 sent = [h[o][parts[o].send_index] for o in range(P)]
                 for q in range(P):
                     fresh = torch.cat([sent[o][s : s + c] for o, s, c in _owner_slices(parts, q)])
@@ -80,7 +86,7 @@ def simulate(data, net, world_size: int, epochs: int, step_mode: Callable[[int],
             if n_q:
                 objective = objective + n_q / n_total * F.cross_entropy(h[q][p.train_mask], p.y[p.train_mask])
         objective.backward()
-        if mode != "periodic":
+        if modes != "periodic":  # an adaptive epoch's slots are synchronous or pipelined
             grads: dict[tuple[int, int], torch.Tensor] = {}
             for slot, q, t in grad_sources:
                 grads[(slot, q)] = t.grad if t.grad is not None else torch.zeros_like(t)

@@ -88,6 +88,11 @@ class EpochBytes(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.rec["epoch_bytes"].append(dict(trainer.strategy.exchanger.meter.epoch))
+        self.rec.setdefault("decisions", []).append(
+            [d for d, _ in trainer.strategy.halo_decisions().values()]
+            if trainer.strategy.exchanger.mode == "adaptive" else trainer.strategy.exchanger.mode
+        )
+        self.rec.setdefault("drifts", []).append([v for _, v in trainer.strategy.halo_decisions().values()])
 
 
 def _schedule(spec):
@@ -100,6 +105,8 @@ def _schedule(spec):
         return [HaloSchedule(mode="pipelined", sync_every=int(k[0]) if k else None)]
     if mode == "periodic":
         return [HaloSchedule(mode="periodic", refresh_every=int(k[0]))]
+    if mode == "adaptive":
+        return [HaloSchedule(mode="adaptive", drift_threshold=float(k[0]))]
     return [HaloSchedule(mode=mode)]
 
 
@@ -132,7 +139,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--bits", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | sync")
+    parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | adaptive:THRESHOLD | sync")
     parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     parser.add_argument("--sparse", action="store_true", help="feed the layers lightning_halo.sparse_adjacency(batch)")

@@ -26,6 +26,17 @@ from tests.workers.parity_worker import _schedule
 HALF, TOTAL = 3, 6
 
 
+class Decisions(L.Callback):
+    """An adaptive run's per-layer choices, epoch by epoch (``{}`` for the other modes)."""
+
+    def __init__(self) -> None:
+        self.epochs: dict[int, list[str]] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.strategy.exchanger.mode == "adaptive":
+            self.epochs[trainer.current_epoch] = [d for d, _ in trainer.strategy.halo_decisions().values()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -43,6 +54,7 @@ def main() -> None:
         L.seed_everything(0)
         dm = HaloDataModule("cora", cache_dir=str(out / "cache"))
         model = MODELS[args.model](dm.num_features, 32, dm.num_classes)
+        decisions = Decisions()
         trainer = L.Trainer(
             strategy=HaloQuantStrategy(bits=args.bits, seed=1),
             accelerator=ACCELERATOR,
@@ -53,12 +65,13 @@ def main() -> None:
             enable_progress_bar=False,
             enable_model_summary=False,
             logger=False,
-            callbacks=[*_schedule(mode), ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_epochs=1)],
+            callbacks=[*_schedule(mode), ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_epochs=1), decisions],
         )
         trainer.fit(model, datamodule=dm, ckpt_path="last" if args.phase == "second" else None)
         target = out / args.phase / args.model / tag
         target.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
+        torch.save(decisions.epochs, target / f"decisions{rank}.pt")
 
 
 if __name__ == "__main__":
