@@ -145,7 +145,8 @@ def run_one(a: argparse.Namespace, graph: str, model: str, method: str, seed: in
         s = neighbor_setting(graph, model)
         more = [*more, "--batch-size", str(s["batch_size"]), "--fanout", *map(str, s["fanout"])]
     single = method == "single"
-    if single and model != "gat":  # the plain model on a sparse adjacency: PyG's fast single-process path (GAT has none)
+    # the plain model on a sparse adjacency: PyG's fast single-process path (GAT has none)
+    if single and model != "gat":
         more = [*more, "--sparse"]
     return run_cell(graph, model, bits, mode, 1 if single else a.nodes, rate, 100_000, None if single else cluster,
                     a.force, extra=_args(a, graph, seed, budget, [*more, *(extra or [])]),
