@@ -66,6 +66,8 @@ def test_summary_and_verdict_compare_against_neighbor_loaders_mean_best() -> Non
     # the common target (0.7, the lowest method's mean best) is reached by every seed of every method
     assert m["b32-sync"]["reached"] == 3 and m["b32-sync"]["time_to_target"] == (pytest.approx(1.8), 0.0)
     assert m["b1-sync"]["time_to_target"][0] == pytest.approx(1.4)  # 0.6 at 0.7 s is below it
+    # NeighborLoader's time is that of its own best epoch (5.0 s), averaged over its seeds
+    assert m["neighbor"]["time_to_best"] == (pytest.approx(5.0), 0.0)
     assert verdict(s) == ("b1-sync", True, pytest.approx(1.4), pytest.approx(5.0))
     # the other way round: a NeighborLoader that gets there first
     s2 = summarise_group({"b1-sync": never, "neighbor": fast})
