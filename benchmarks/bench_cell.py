@@ -36,6 +36,7 @@ MODES = {
     "pipelined": dict(mode="pipelined"),
     "pipelined5": dict(mode="pipelined", sync_every=5),
     "periodic": dict(mode="periodic", refresh_every=5),
+    "adaptive": dict(mode="adaptive"),
 }
 
 
