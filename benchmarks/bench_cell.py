@@ -141,6 +141,9 @@ class Probe(L.Callback):
                 "staleness": max(ex.staleness(), default=0) if ex is not None else 0,
                 "rss_mb": _rss_mb(),
                 "mode": ex.mode if ex is not None else "single",
+                # adaptive: how many layers ran stale this epoch, of how many
+                **({"stale_layers": [d for d, _ in ex.decisions()].count("pipelined"), "layers": len(ex.decisions())}
+                   if ex is not None and ex.mode == "adaptive" else {}),
                 # phases of the step: forward (to the loss), backward (with DDP's all-reduce), the rest
                 # (optimizer); each with the halo wait inside it
                 **self._phases(step),

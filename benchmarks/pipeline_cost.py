@@ -39,6 +39,9 @@ def phase_medians(record: dict[str, Any]) -> dict[str, float]:
     n = min(len(r["epochs"]) for r in ranks)
     slowest = [max(ranks, key=lambda r: r["epochs"][e]["step_s"])["epochs"][e] for e in range(min(WARMUP, n - 1), n)]
     out = {"epoch_s": statistics.median(e["step_s"] for e in slowest)}
+    decided = [(e["stale_layers"], e["layers"]) for e in slowest if "stale_layers" in e]
+    if decided:  # adaptive: the share of stale layer decisions in the measured epochs
+        out["stale_share"] = sum(s for s, _ in decided) / max(sum(n for _, n in decided), 1)
     for key in PHASES:
         values = [e[key] for e in slowest if key in e]
         if values:
@@ -117,12 +120,14 @@ def render() -> str:
         for mode in modes:
             med = {k: statistics.median(r[mode].get(k, float("nan")) for r in rs) for k in ("epoch_s", *PHASES)}
             wait = statistics.median(_wait(r[mode]) for r in rs)
-            ratio = "–"
+            ratio, label = "–", mode
+            if "stale_share" in rs[0][mode]:  # adaptive: the share of its layer decisions that were stale
+                label = f"{mode} ({100 * statistics.median(r[mode]['stale_share'] for r in rs):.0f} % stale)"
             if mode != "sync":
                 values = [r["ratios"][mode] if "ratios" in r else r["ratio"] for r in rs]
                 ratio = f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
             lines.append(
-                f"| {graph} | {model} | {bits} | {layers} | {nodes} nodes, {rate} | {len(rs)} | {mode} | {med['epoch_s']:.3f} | "
+                f"| {graph} | {model} | {bits} | {layers} | {nodes} nodes, {rate} | {len(rs)} | {label} | {med['epoch_s']:.3f} | "
                 f"{med['forward_s']:.3f} / {med['backward_s']:.3f} / {med['optimizer_s']:.3f} | {wait:.3f} | {ratio} |"
             )
     return "\n".join(lines) + "\n"
