@@ -108,6 +108,7 @@ class Probe(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.allreduce_s = 0.0
         self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()  # every thread of this process (gloo's too): work, not waiting
         self._phase: dict[str, float] = {}
 
     def _mark(self, trainer: L.Trainer, name: str) -> None:
@@ -131,6 +132,7 @@ class Probe(L.Callback):
             {
                 "epoch": trainer.current_epoch,
                 "step_s": step,
+                "cpu_s": time.process_time() - self._cpu0,
                 "train_wall_s": self.train_s,
                 "wait_s": m.epoch_wait_s if m else 0.0,
                 "codec_s": m.epoch_codec_s if m else 0.0,

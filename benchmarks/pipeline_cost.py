@@ -30,7 +30,7 @@ from benchmarks.harness import RESULTS, ROOT, cluster_for, run_cell
 from benchmarks.summary import WARMUP
 
 OUT = RESULTS / "pipeline-cost"
-PHASES = ("forward_s", "backward_s", "optimizer_s", "forward_wait_s", "backward_wait_s", "codec_s", "allreduce_s")
+PHASES = ("forward_s", "backward_s", "optimizer_s", "forward_wait_s", "backward_wait_s", "codec_s", "allreduce_s", "cpu_s")
 
 
 def phase_medians(record: dict[str, Any]) -> dict[str, float]:
@@ -110,10 +110,11 @@ def render() -> str:
         "repeat, the cells run back to back (order reversed every other repeat); each cell's figure is the slowest",
         "rank's median epoch after warm-up, and the phases (forward / backward with DDP's all-reduce / optimizer, each",
         "a median, so they need not add up exactly) and the halo wait inside them. Ratio = the mode's epoch over",
-        "sync's in the same repeat: the median of the repeats, and their range.",
+        "sync's in the same repeat: the median of the repeats, and their range. CPU = the process's CPU time in the",
+        "epoch (all its threads, gloo's included): work done, which a loaded machine changes far less than wall time.",
         "",
-        "| graph | model | bits | layers | link | repeats | mode | epoch (s) | fwd / bwd / opt (s) | halo wait (s) | ratio to sync (range) |",
-        "|---|---|---:|---:|---|---:|---|---:|---|---:|---|",
+        "| graph | model | bits | layers | link | repeats | mode | epoch (s) | CPU (s) | fwd / bwd / opt (s) | halo wait (s) | ratio to sync (range) |",
+        "|---|---|---:|---:|---|---:|---|---:|---:|---|---:|---|",
     ]
     for (graph, model, bits, layers, nodes, rate), rs in sorted(groups.items()):
         modes = [m for m in ("sync", "pipelined", "adaptive", "pipelined5", "periodic") if all(m in r for r in rs)]
@@ -127,7 +128,7 @@ def render() -> str:
                 values = [r["ratios"][mode] if "ratios" in r else r["ratio"] for r in rs]
                 ratio = f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
             lines.append(
-                f"| {graph} | {model} | {bits} | {layers} | {nodes} nodes, {rate} | {len(rs)} | {label} | {med['epoch_s']:.3f} | "
+                f"| {graph} | {model} | {bits} | {layers} | {nodes} nodes, {rate} | {len(rs)} | {label} | {med['epoch_s']:.3f} | {med['cpu_s']:.3f} | "
                 f"{med['forward_s']:.3f} / {med['backward_s']:.3f} / {med['optimizer_s']:.3f} | {wait:.3f} | {ratio} |"
             )
     return "\n".join(lines) + "\n"
