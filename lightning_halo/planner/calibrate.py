@@ -6,8 +6,8 @@ r"""Kernel rates of this machine, measured once by a short calibration, stored a
 the elementwise work around a layer (activation, dropout, bias and their backward:
 ``elementwise_s``), the quantizer (``codec``: bytes of float32 rows encoded and decoded per
 second), the fixed cost of one training step through Lightning and the strategy on a tiny graph
-(``step_s``) and the resident memory of an idle process with torch, Lightning and PyG imported
-(``idle_bytes``). :func:`load_rates` returns the stored figures and measures only when none
+(``step_s``), the resident memory of an idle process with torch, Lightning and PyG imported
+(``idle_bytes``) and what the quantizer's compiled kernels add to it (``codec_bytes``). :func:`load_rates` returns the stored figures and measures only when none
 match this host, torch version and thread count. Every figure is the shortest of a few
 repetitions: on a shared host, other work only ever adds time. The store is one JSON file:
 ``$LIGHTNING_HALO_CALIBRATION``, else ``$XDG_CACHE_HOME/lightning-halo/calibration.json``
@@ -26,10 +26,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 #: Bumped when what is measured changes, so that older stored figures are measured again.
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 _IDLE = (
     "import torch, lightning, torch_geometric, lightning_halo.strategy, lightning_halo.models\n"
-    "print([int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmRSS:')][0])"
+    "rss = lambda: [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmRSS:')][0]\n"
+    "idle = rss()\n"
+    "from lightning_halo.quant import dequantize, quantize\n"
+    "dequantize(quantize(torch.randn(64, 256), 1))\n"
+    "print(idle, rss() - idle)"
 )
 
 
@@ -108,21 +112,25 @@ def measure_kernels(rows: int = 20000, width: int = 256, degree: int = 32, repea
     return {"spmm": spmm, "dense": dense, "elementwise_s": elementwise, "codec": codec}
 
 
-def measure_idle_bytes(timeout: float = 120.0) -> int:
-    """Resident bytes of a fresh interpreter after importing torch, Lightning, PyG and the strategy."""
+def measure_idle_bytes(timeout: float = 120.0) -> tuple[int, int]:
+    """Resident bytes of a fresh interpreter after importing torch, Lightning, PyG and the strategy, and what
+    the quantizer's kernels (numba, compiled on first use) add to it once a quantized run starts."""
     run = subprocess.run([sys.executable, "-c", _IDLE], capture_output=True, text=True, timeout=timeout,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))  # fmt: skip
     if run.returncode != 0:
         raise RuntimeError(f"measuring the idle process failed: {run.stderr[-2000:]}")
-    return int(run.stdout.strip().splitlines()[-1])
+    idle, codec = run.stdout.strip().splitlines()[-1].split()
+    return int(idle), max(int(codec), 0)
 
 
-def calibrate(threads: int = 1, step: bool = True) -> dict[str, Any]:
-    """Measure every rate (about 10-20 s) with ``threads`` threads; see the module docstring.
+def calibrate(threads: int = 1, step: bool = True, rounds: int = 3) -> dict[str, Any]:
+    """Measure every rate (about 10-20 s a round) with ``threads`` threads; see the module docstring.
 
     Args:
         threads (int, optional): torch threads, as each rank will run. (default: ``1``)
         step (bool, optional): also time a tiny Lightning training step (``step_s``; else 0). (default: ``True``)
+        rounds (int, optional): rounds of measurement; each figure is the best of them (a busy host
+            slows some rounds down, never speeds one up). (default: ``3``)
     """
     import torch
 
@@ -131,12 +139,12 @@ def calibrate(threads: int = 1, step: bool = True) -> dict[str, Any]:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        rates: dict[str, Any] = measure_kernels()
-        rates["step_s"] = measure_step_seconds() if step else 0.0
+        runs = [{**measure_kernels(), "step_s": measure_step_seconds() if step else 0.0} for _ in range(max(rounds, 1))]
     finally:
         torch.set_num_threads(before)
-    rates["idle_bytes"] = measure_idle_bytes()
-    rates.update(version=CALIBRATION_VERSION, key=machine_key(threads), threads=threads,
+    rates: dict[str, Any] = {k: (min if k.endswith("_s") else max)(r[k] for r in runs) for k in runs[0]}
+    rates["idle_bytes"], rates["codec_bytes"] = measure_idle_bytes()
+    rates.update(version=CALIBRATION_VERSION, key=machine_key(threads), threads=threads, rounds=len(runs),
                  measured=time.strftime("%Y-%m-%d %H:%M:%S"))  # fmt: skip
     return rates
 
@@ -146,7 +154,7 @@ def load_rates(threads: int = 1, path: Optional[Path] = None, recalibrate: bool 
 
     Args:
         threads (int, optional): as for :func:`calibrate`. (default: ``1``)
-        path (Path, optional): the store. (default: :func:`calibration_path`)
+        path (Path, optional): the store. (default: ``None``: ``calibration_path()``)
         recalibrate (bool, optional): measure again even if stored. (default: ``False``)
     """
     path = Path(path) if path is not None else calibration_path()

@@ -16,6 +16,7 @@ diagonal), layer widths :math:`d_0 = F, d_1 = \dots = h, d_L = C`, float32 compu
 * ``model``: weights, gradients and Adam's two moments, :math:`4 \times 4` bytes per parameter;
 * ``graph``: the whole graph, when every rank holds it (a graph given in memory or by name:
   :math:`N F s + 16 E + 11 N`; a path or a partition directory is memory-mapped, 0);
+* ``codec``: the quantizer's compiled kernels, in a run with fewer than 32 bits (calibrated);
 * ``idle``: the process before any data (Python, torch, Lightning, PyG; calibrated).
 
 The partition step holds the int64 CSR (:func:`~lightning_halo.partition.graph.csr_bytes`) and
@@ -117,7 +118,7 @@ def whole_graph_bytes(parts: Partitioning) -> int:
 
 def rank_memory(
     parts: Partitioning, p: int, model: str, hidden: int, layers: int, mode: str = "sync",
-    wire_row_bytes: int = 0, idle: int = 0,
+    wire_row_bytes: int = 0, idle: int = 0, codec: int = 0,
 ) -> dict[str, int]:  # fmt: skip
     r"""Each term of rank ``p``'s memory and their sum, ``peak`` (bytes; see the module docstring).
 
@@ -129,6 +130,7 @@ def rank_memory(
         wire_row_bytes (int, optional): bytes of one quantized row (``0`` at 32 bits: rows are
             sent from the tensors themselves). (default: ``0``)
         idle (int, optional): the idle process. (default: ``0``)
+        codec (int, optional): the quantizer's kernels (give it for runs under 32 bits). (default: ``0``)
     """
     n, n_halo = parts.n_inner[p], parts.n_halo[p]
     m, nnz = n + n_halo, parts.edges[p] + n
@@ -145,6 +147,7 @@ def rank_memory(
         "backward": (m * hidden + n * hidden) * FP32,
         "model": 4 * FP32 * model_params(model, dims),
         "graph": whole_graph_bytes(parts) if parts.graph_in_memory else 0,
+        "codec": codec,
         "idle": idle,
     }
     terms["peak"] = sum(v for k, v in terms.items() if k not in ("part_file", "adjacency_file"))

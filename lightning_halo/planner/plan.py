@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from lightning_halo.planner import memory as mem
+from lightning_halo.planner.calibrate import RATE_KEYS
 from lightning_halo.planner import timing
 from lightning_halo.planner.facts import Partitioning, from_counts, from_graph
 from lightning_halo.planner.options import PLAN_PARTITIONERS, check_model, format_bytes, parse_latency, parse_rate
@@ -79,9 +80,10 @@ def plan_cell(parts: Partitioning, work: Workload, bits: int, mode: str) -> dict
     from lightning_halo.quant import row_nbytes
 
     wire = row_nbytes(work.hidden, bits) if bits < 32 else 0
-    idle = int(work.rates.get("idle_bytes", 0))
+    idle, codec = int(work.rates.get("idle_bytes", 0)), int(work.rates.get("codec_bytes", 0)) if bits < 32 else 0
     ranks = [
-        mem.rank_memory(parts, p, work.model, work.hidden, work.layers, mode, wire, idle) for p in range(parts.ranks)
+        mem.rank_memory(parts, p, work.model, work.hidden, work.layers, mode, wire, idle, codec)
+        for p in range(parts.ranks)
     ]
     worst = max(range(parts.ranks), key=lambda p: ranks[p]["peak"])
     dims = mem.layer_dims(parts.num_features, work.hidden, work.layers, parts.num_classes)
@@ -261,8 +263,7 @@ def assumptions(parts_list: list[Partitioning], work: Workload, memory: Optional
         "counts": sorted({p.note for p in parts_list}), "source": sorted({p.source for p in parts_list}),
         "model": work.model, "hidden": work.hidden, "layers": work.layers, "halo_reduction": work.reduction,
         "bandwidth_bytes_per_s": work.bandwidth, "latency_s": work.latency, "duplex": work.duplex,
-        "memory_per_rank": memory, "calibration": {k: rates.get(k) for k in
-                                                   ("key", "measured", "spmm", "dense", "elementwise_s", "codec", "step_s", "idle_bytes")},
+        "memory_per_rank": memory, "calibration": {k: rates.get(k) for k in ("key", "measured", *RATE_KEYS, "codec_bytes")},
         "not_modelled": "accuracy (1 bit and stale halos are lossy: validate them), CPU contention between ranks on "
                         "one host, memory the allocator keeps (docs/large-graphs.md#memory-arithmetic), GPU kernels",
     }  # fmt: skip

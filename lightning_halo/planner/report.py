@@ -9,7 +9,7 @@ from lightning_halo.planner.options import format_bytes
 
 _MEMORY_TERMS = (("part_file", "part file"), ("pages", "pages read"), ("adjacency", "adjacency"),
                  ("activations", "activations"), ("halo", "halo rows"), ("backward", "backward"),
-                 ("model", "model+grad+Adam"), ("graph", "whole graph"),
+                 ("model", "model+grad+Adam"), ("graph", "whole graph"), ("codec", "quantizer code"),
                  ("idle", "idle process"))  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 #: Kernel rates of a made-up machine: the tests check arithmetic, not this host.
-RATES = {"spmm": 2e9, "dense": 5e10, "elementwise_s": 2e-8, "codec": 1e9, "step_s": 0.02, "idle_bytes": 400 << 20,
+RATES = {"spmm": 2e9, "dense": 5e10, "elementwise_s": 2e-8, "codec": 1e9, "step_s": 0.02, "idle_bytes": 400 << 20, "codec_bytes": 50 << 20,
          "key": "test", "measured": "never", "version": 2}  # fmt: skip
 
 

@@ -41,6 +41,7 @@ def test_the_json_shape(rates) -> None:
     exact = [p for p in result["plans"] if p["bits"] == 32 and p["mode"] == "sync"]
     for a, b in zip(one_bit, exact):
         assert a["bytes_per_epoch"] < b["bytes_per_epoch"] / 25 and a["time"]["halo"] < b["time"]["halo"]
+        assert a["memory"]["codec"] == rates["codec_bytes"] and b["memory"]["codec"] == 0, "the quantizer's kernels"
 
 
 @pytest.mark.parametrize("reduction", ["none", "cover"])
