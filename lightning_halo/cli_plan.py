@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=2, help="message-passing layers")
     p.add_argument("--bits", type=int, nargs="+", choices=SUPPORTED_BITS, default=[32, 1])
-    p.add_argument("--mode", dest="modes", nargs="+", choices=MODES, default=["sync", "pipelined"])
+    p.add_argument("--mode", dest="modes", nargs="+", choices=[m for m in MODES if m != "adaptive"], default=["sync", "pipelined"],
+                   help="halo modes to plan (adaptive lies between sync and pipelined: plan those two)")
     p.add_argument("--bandwidth", default="10gbit", help="one rank's link: 10gbit, 100mbit, 1.25GB/s (default: 10gbit)")
     p.add_argument("--latency", default="50us", help="per message: 50us, 0.2ms (default: 50us)")
     p.add_argument("--duplex", choices=DUPLEX, default="half", help="half: a rank's sends and receives of one exchange "

@@ -247,6 +247,11 @@ def _checked(
     check_count("refresh_every", refresh_every, 1)
     for m in modes:
         check_mode(m)
+        if m == "adaptive":  # its layers switch between the two from the drift measured while training
+            raise ValueError(
+                "mode 'adaptive' runs each layer synchronous or pipelined as the drift measured during training "
+                "decides, which no plan can know: plan modes 'sync' and 'pipelined', its two bounds"
+            )
     if duplex not in timing.DUPLEX:
         raise ValueError(f"duplex must be one of {timing.DUPLEX}, got {duplex!r}")
     mem.layer_dims(1, hidden, layers, 1)  # checks hidden and layers
