@@ -111,6 +111,7 @@ class Probe(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.allreduce_s = 0.0
         self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()  # every thread of this process (gloo's too): work, not waiting
         self._phase: dict[str, float] = {}
 
     def _mark(self, trainer: L.Trainer, name: str) -> None:
@@ -137,6 +138,7 @@ class Probe(L.Callback):
             {
                 "epoch": trainer.current_epoch,
                 "step_s": step,
+                "cpu_s": time.process_time() - self._cpu0,
                 "train_wall_s": self.train_s,
                 "steps": trainer.global_step,  # optimizer steps so far (one per epoch for full-graph training)
                 "wait_s": m.epoch_wait_s if m else 0.0,
@@ -148,6 +150,9 @@ class Probe(L.Callback):
                 "staleness": max(ex.staleness(), default=0) if ex is not None else 0,
                 "rss_mb": _rss_mb(),
                 "mode": ex.mode if ex is not None else "single",
+                # adaptive: how many layers ran stale this epoch, of how many
+                **({"stale_layers": [d for d, _ in ex.decisions()].count("pipelined"), "layers": len(ex.decisions())}
+                   if ex is not None and ex.mode == "adaptive" else {}),
                 # phases of the step: forward (to the loss), backward (with DDP's all-reduce), the rest
                 # (optimizer); each with the halo wait inside it
                 **self._phases(step),

@@ -101,6 +101,8 @@ def run(a: argparse.Namespace) -> None:
         for graph in a.graphs:
             for model in a.models:
                 for method in a.methods:
+                    if not a.force and _done((graph, model, a.layers, a.epochs, method, seed)):
+                        continue
                     out = OUT / f".{graph}-{model}-{method.replace(':', '_')}-s{seed}.json"
                     args = ["-m", "benchmarks.staleness", "worker", "--graph", graph, "--model", model, "--method", method,
                             "--seed", str(seed), "--epochs", str(a.epochs), "--layers", str(a.layers), "--hidden",
@@ -112,6 +114,11 @@ def run(a: argparse.Namespace) -> None:
                     score = line.get("test_auroc", line.get("test_acc"))
                     print(f"{graph} {model} {method} seed {seed}: test {score:.4f}, stale {line['stale']}/{line['decisions']}",
                           flush=True)  # fmt: skip
+
+
+def _done(key: tuple) -> bool:
+    path = OUT / "runs.jsonl"
+    return path.is_file() and any(_key(json.loads(x)) == key for x in path.read_text().splitlines())
 
 
 def _key(r: dict[str, Any]) -> tuple:
@@ -182,6 +189,7 @@ def main() -> None:
     r.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS))
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--ranks", type=int, default=2)
+    r.add_argument("--force", action="store_true", help="rerun runs that already have a result")
     w = sub.add_parser("worker", help="one rank of one run (internal)")
     for p in (r, w):
         p.add_argument("--epochs", type=int, default=100)

@@ -50,6 +50,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
         "lightning_halo.loss": ["global_mean"],
         "lightning_halo.partition": ["build_halo_partitions", "partition_graph", "partition_stats", "sparse_adjacency"],
         "lightning_halo.partition.halo_partition": ["HaloPartition"],
+        "lightning_halo.planner.plan": ["plan"],
         "lightning_halo.strategy": ["HaloQuantStrategy"],
         "lightning_halo.verification": ["VerifyError", "VerifyReport", "verify"],
     },
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these stat
     from lightning_halo.loss import global_mean
     from lightning_halo.partition import build_halo_partitions, partition_graph, partition_stats, sparse_adjacency
     from lightning_halo.partition.halo_partition import HaloPartition
+    from lightning_halo.planner.plan import plan
     from lightning_halo.strategy import HaloQuantStrategy
     from lightning_halo.verification import VerifyError, VerifyReport, verify
 

@@ -1,4 +1,4 @@
-"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition``, ``verify`` and ``link``.
+"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition``, ``verify``, ``plan`` and ``link``.
 
 The verbs are dispatched before anything heavy is imported: ``lightning-halo --help`` imports
 Lightning (for the strategy registry) and nothing of PyG, the exchange or the quantizer;
@@ -33,6 +33,7 @@ _CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used t
                          "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 _PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
 _VERIFY_HELP = "Check that the model trains on partitions exactly as on one process (one step, compared per module)."
+_PLAN_HELP = "Predict per-rank memory, halo bytes and epoch time for rank counts, bit widths and modes, before a run."
 _LINK_HELP = "Link prediction: 'link fit|validate|test|predict' with HaloLinkDataModule as the data (see docs)."
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
@@ -165,6 +166,7 @@ def _verbs() -> dict[str, str]:
         verbs[name] = first_paragraph.split(". ")[0].rstrip(".") + "."
     verbs["partition"] = _PARTITION_HELP
     verbs["verify"] = _VERIFY_HELP
+    verbs["plan"] = _PLAN_HELP
     verbs["link"] = _LINK_HELP
     return verbs
 
@@ -199,6 +201,10 @@ def main(args: Optional[list[str]] = None) -> Optional[int]:
         from lightning_halo.cli_partition import main as partition_main
 
         return partition_main(argv[1:])
+    if argv[0] == "plan":
+        from lightning_halo.cli_plan import main as plan_main
+
+        return plan_main(argv[1:])
     if argv[0] == "link":
         from lightning_halo.cli_link import main as link_main
 

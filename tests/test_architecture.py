@@ -35,7 +35,7 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
             yield node
 
 
-def function_lengths(folders: tuple[str, ...] = ("layers", "exchange")) -> dict[str, int]:
+def function_lengths(folders: tuple[str, ...] = ("layers", "exchange", "planner")) -> dict[str, int]:
     """``module:function`` -> lines from ``def`` to its last line (docstring included), in ``folders``."""
     out = {}
     for rel, tree in _modules():
@@ -45,7 +45,7 @@ def function_lengths(folders: tuple[str, ...] = ("layers", "exchange")) -> dict[
     return out
 
 
-def test_no_function_in_layers_or_exchange_is_longer_than_sixty_lines() -> None:
+def test_no_function_in_layers_exchange_or_planner_is_longer_than_sixty_lines() -> None:
     lengths = function_lengths()
     assert len(lengths) > 50, "the scan found the functions"
     too_long = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}

@@ -150,7 +150,7 @@ def test_pipeline_cost_pairs_split_the_step_into_phases(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = json.loads((tmp_path / "results" / "pipeline-cost" / "summary.json").read_text())
-    assert len(rows) == 1 and rows[0]["order"] == ["sync", "pipelined"]
+    assert len(rows) == 1 and rows[0]["order"] == ["sync", "pipelined"] and set(rows[0]["ratios"]) == {"pipelined"}
     cell = json.loads((tmp_path / "results" / "pipeline-cost" / "cora" / "2n-local" / "gcn-b1-pipelined-l3-r0.json").read_text())
     for epoch in cell["ranks"][0]["epochs"]:
         parts = epoch["forward_s"] + epoch["backward_s"] + epoch["optimizer_s"]
@@ -163,4 +163,4 @@ def test_pipeline_cost_pairs_split_the_step_into_phases(tmp_path: Path) -> None:
     report = subprocess.run([sys.executable, "-m", "benchmarks.pipeline_cost", "report", "--page", str(page)], env=env,
                             cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert report.returncode == 0, report.stderr[-3000:]
-    assert "| cora | gcn | 1 | 3 | 2 nodes, local | 1 |" in page.read_text()
+    assert "| cora | gcn | 1 | 3 | 2 nodes, local | 1 | pipelined |" in page.read_text()

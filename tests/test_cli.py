@@ -100,7 +100,7 @@ def test_top_level_help_lists_every_verb_without_importing_pyg() -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "exit 0 heavy []"
     listed = re.search(r"\{([a-z,]+)\}", run.stdout).group(1).split(",")
-    assert listed == [*LightningCLI.subcommands(), "partition", "verify", "link"]
+    assert listed == [*LightningCLI.subcommands(), "partition", "verify", "plan", "link"]
     assert noise_lines(run.stdout + run.stderr) == []
 
 
@@ -108,6 +108,7 @@ def test_help_of_each_verb(capsys: pytest.CaptureFixture) -> None:
     assert "--trainer.strategy" in cli_in_process("fit", "--help", capsys=capsys)
     assert "usage: lightning-halo partition" in cli_in_process("partition", "--help", capsys=capsys)
     assert "usage: lightning-halo verify" in cli_in_process("verify", "--help", capsys=capsys)
+    assert "usage: lightning-halo plan" in cli_in_process("plan", "--help", capsys=capsys)
 
 
 @pytest.mark.multiprocess

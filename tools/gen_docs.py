@@ -22,6 +22,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+#: The kernel rates `lightning-halo plan` examples use (this repository's calibration, not the
+#: machine's that regenerates the page), so that the pages are the same everywhere.
+RATES = ROOT / "benchmarks" / "results" / "calibration.json"
 
 def layers_table() -> str:
     from lightning_halo.layers.registry import layer_table
@@ -54,7 +57,7 @@ def console(old: str) -> str:
     out = ["```console"]
     with tempfile.TemporaryDirectory(prefix="gen-docs-") as tmp:
         env = dict(os.environ, LIGHTNING_HALO_CACHE=str(Path(tmp) / "cache"), COLUMNS="80", OMP_NUM_THREADS="1",
-                   PYTHONPATH=str(ROOT))  # fmt: skip
+                   PYTHONPATH=str(ROOT), LIGHTNING_HALO_RATES=str(RATES))  # fmt: skip
         for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS"):
             env.pop(key, None)
         for command in commands:
@@ -73,6 +76,8 @@ SECTIONS: dict[str, tuple[str, Callable[[str], str]]] = {
     "errors": ("docs/errors.md", lambda old: errors_table()),
     "cli-help": ("docs/cli.md", console),
     "cli-partition": ("docs/cli.md", console),
+    "cli-plan": ("docs/cli.md", console),
+    "plan-papers100m": ("docs/large-graphs.md", console),
 }
 
 

@@ -51,8 +51,8 @@ class HaloSchedule(Callback):
             gradients; ``0`` is off. (default: ``0.0``)
         warmup_epochs (int, optional): synchronous epochs before the mode starts. (default: ``0``)
         drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
-            sent rows in the last epoch that lets it run stale in the next. (default: ``None``,
-            meaning :data:`~lightning_halo.exchange.policy.DRIFT_THRESHOLD`)
+            sent rows in the last epoch that lets it run stale in the next; ``None`` is
+            :data:`~lightning_halo.exchange.policy.DRIFT_THRESHOLD` (0.1).
 
     Example:
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), devices=2,

@@ -80,8 +80,8 @@ class HaloPolicy:
             :math:`m\,\text{old} + (1-m)\,\text{new}`, in ``[0, 1)``. (default: ``0.0``)
         warmup_epochs (int, optional): synchronous epochs before the mode starts. (default: ``0``)
         drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
-            sent rows in the last epoch that lets it run stale. (default: ``None``, meaning
-            :data:`DRIFT_THRESHOLD`)
+            sent rows in the last epoch that lets it run stale; ``None`` is
+            :data:`DRIFT_THRESHOLD` (0.1).
 
     Example:
         >>> [HaloPolicy("pipelined", sync_every=3).mode_at(e) for e in range(5)]

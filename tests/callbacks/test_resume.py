@@ -13,7 +13,7 @@ import torch
 from tests.support.device import max_ranks
 from tests.support.launch import check, run_workers
 
-MODES = ["sync", "pipelined:2", "periodic:2", "adaptive:0.2"]
+MODES = ["sync", "pipelined:2", "periodic:2", "adaptive:0.75"]
 WORLD_SIZE = min(2, max_ranks())  # 2 ranks on CPU; on a machine with one GPU, world size 1
 
 
@@ -43,8 +43,8 @@ def test_resume_is_bitwise_exact(model: str, tmp_path) -> None:
             for name in full:
                 assert torch.equal(full[name], resumed[name]), f"{mode} rank {rank}: {name} differs after resume"
             assert any(not torch.equal(full[n], first[n]) for n in full), "the second half must have trained"
-            if mode.startswith("adaptive"):  # the resumed run decides as the uninterrupted one, and some layer ran stale
+            if mode.startswith("adaptive"):  # the resumed run decides as the uninterrupted one: here sync, then stale
                 full_d = torch.load(tmp_path / "full" / model / tag / f"decisions{rank}.pt")
                 resumed_d = torch.load(tmp_path / "second" / model / tag / f"decisions{rank}.pt")
                 assert resumed_d and resumed_d == {e: d for e, d in full_d.items() if e in resumed_d}
-                assert "pipelined" in {d for ds in resumed_d.values() for d in ds}, full_d
+                assert {d for ds in resumed_d.values() for d in ds} == {"sync", "pipelined"}, full_d

@@ -33,6 +33,7 @@ def test_step_modes() -> None:
         "sync", "sync", "sync", "pipelined", "pipelined",
     ]  # fmt: skip
     assert {HaloSchedule("sync").step_mode(e) for e in range(10)} == {"sync"}
+    assert [HaloSchedule("adaptive", sync_every=2).step_mode(e) for e in range(4)] == ["sync", "adaptive", "sync", "adaptive"]
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,8 @@ def test_step_modes() -> None:
         (dict(mode="periodic", refresh_every=0), "refresh_every"),
         (dict(smoothing=1.0), "smoothing"),
         (dict(warmup_epochs=-1), "warmup_epochs"),
-        (dict(mode="sync", sync_every=3), "applies to mode='pipelined' only"),
+        (dict(mode="sync", sync_every=3), "applies to mode='pipelined' or 'adaptive' only"),
+        (dict(mode="sync", drift_threshold=0.1), "applies to mode='adaptive' only"),
     ],
 )
 def test_bad_arguments(kwargs: dict, match: str) -> None:

@@ -242,7 +242,8 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("unknown partitioner", lambda: partition_graph(torch.tensor([[0], [1]]), 2, 2, partitioner="kahip"), "unknown partitioner"),  # type: ignore[arg-type]
         ("partitioner='kaminpar' without the kaminpar package", _without_kaminpar, "use partitioner='metis'"),
         ("unknown HaloSchedule mode", lambda: HaloSchedule(mode="async"), "unknown mode"),  # type: ignore[arg-type]
-        ("sync_every outside pipelined mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' only"),
+        ("sync_every outside pipelined or adaptive mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' or 'adaptive' only"),
+        ("drift_threshold outside adaptive mode", lambda: HaloSchedule(mode="pipelined", drift_threshold=0.1), "applies to mode='adaptive' only"),
         ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
          "halo fwd rows of layer 'conv2' on rank 1"),  # fmt: skip
         ("partition directory: a part file is missing", _in_scratch(lambda: _damaged_partition_dir("missing")),

@@ -31,10 +31,12 @@ class Decisions(L.Callback):
 
     def __init__(self) -> None:
         self.epochs: dict[int, list[str]] = {}
+        self.drifts: dict[int, list[float]] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.strategy.exchanger.mode == "adaptive":
             self.epochs[trainer.current_epoch] = [d for d, _ in trainer.strategy.halo_decisions().values()]
+            self.drifts[trainer.current_epoch] = [v for _, v in trainer.strategy.halo_decisions().values()]
 
 
 def main() -> None:
@@ -72,6 +74,7 @@ def main() -> None:
         target.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
         torch.save(decisions.epochs, target / f"decisions{rank}.pt")
+        torch.save(decisions.drifts, target / f"drifts{rank}.pt")
 
 
 if __name__ == "__main__":
