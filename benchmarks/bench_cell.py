@@ -4,7 +4,10 @@ Run as every rank of a job (``srun``, ``torchrun`` or the harness's local launch
 
     python -m benchmarks.bench_cell --graph cornell5 --model gcn --bits 1 --mode pipelined5 --out DIR
 
-Each rank writes ``DIR/rank<r>.json``; ``python -m benchmarks.harness`` merges them. Baselines:
+Each rank writes ``DIR/rank<r>.json``; ``python -m benchmarks.harness`` merges them. ``--patience N``
+stops training with Lightning's ``EarlyStopping`` on the validation score (ROC-AUC for binary
+graphs, accuracy otherwise) and ``--time-budget S`` with ``Trainer(max_time=...)``, as
+``python -m benchmarks.converge`` runs them. Baselines:
 ``--baseline single`` (one process, plain full-graph training, no halo strategy) and
 ``--baseline neighbor`` (Lightning DDP with PyG ``NeighborLoader`` mini-batches).
 """
@@ -36,7 +39,7 @@ MODES = {
     "pipelined": dict(mode="pipelined"),
     "pipelined5": dict(mode="pipelined", sync_every=5),
     "periodic": dict(mode="periodic", refresh_every=5),
-    "adaptive": dict(mode="adaptive"),
+    "adaptive": dict(mode="adaptive"),  # per-layer staleness from the drift of the sent rows (HaloSchedule's defaults)
 }
 
 
@@ -124,7 +127,10 @@ class Probe(L.Callback):
         self._mark(trainer, "backward_end")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = time.perf_counter() - self._t0
+        self.record(trainer, time.perf_counter() - self._t0)
+
+    def record(self, trainer: L.Trainer, step: float) -> None:
+        """Append this epoch's record: ``step`` seconds of training (no evaluation) and the meters' figures."""
         self.train_s += step
         ex = getattr(trainer.strategy, "exchanger", None)
         m = ex.meter if ex is not None else None
@@ -134,6 +140,7 @@ class Probe(L.Callback):
                 "step_s": step,
                 "cpu_s": time.process_time() - self._cpu0,
                 "train_wall_s": self.train_s,
+                "steps": trainer.global_step,  # optimizer steps so far (one per epoch for full-graph training)
                 "wait_s": m.epoch_wait_s if m else 0.0,
                 "codec_s": m.epoch_codec_s if m else 0.0,
                 "allreduce_s": self.allreduce_s,
@@ -171,6 +178,35 @@ class Probe(L.Callback):
                 self.epochs[-1][key[2:]] = float(metrics[key])
 
 
+def stopping(args: argparse.Namespace, binary: bool) -> tuple[list[L.Callback], dict[str, Any]]:
+    """Lightning's own stopping rules for a convergence run: early stopping on validation, a wall-clock budget.
+
+    ``EarlyStopping`` reduces its decision over the ranks through the strategy (any rank's stop
+    stops all) and ``Timer`` (``max_time``) broadcasts rank 0's, so every rank stops at the same
+    epoch. The monitored metric is torchmetrics-synced, hence equal on every rank anyway.
+    """
+    callbacks: list[L.Callback] = []
+    if args.patience:
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        monitor = "b_val_auroc" if binary else "b_val_acc"
+        callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=args.patience, check_finite=False))
+    kwargs: dict[str, Any] = {"max_time": {"seconds": args.time_budget}} if args.time_budget else {}
+    return callbacks, kwargs
+
+
+def stop_reason(trainer: L.Trainer, args: argparse.Namespace) -> str:
+    """Why training ended: ``patience`` (early stopping), ``time`` (the budget) or ``max_epochs``."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    es = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)
+    if es is not None and es.stopped_epoch > 0:
+        return "patience"
+    if trainer.current_epoch < trainer.max_epochs and args.time_budget:
+        return "time"
+    return "max_epochs"
+
+
 def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Trainer]:
     dm = HaloDataModule(graph_source(args.graph), cache_dir=args.cache_dir)
     model = bench_model(
@@ -187,6 +223,8 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
             halo_reduction=args.halo_reduction, num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
         )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
+    stops, limits = stopping(args, dm.num_classes == 2)
+    callbacks += stops
     trainer = L.Trainer(
         strategy=strategy,
         accelerator="cpu",
@@ -200,6 +238,7 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
         enable_checkpointing=False,
         logger=False,
         callbacks=callbacks,
+        **limits,
     )
     trainer.fit(model, datamodule=dm)
     probe.kernel_bound = _kernel_bound(args, dm)
@@ -231,9 +270,12 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
     train_idx = torch.nonzero(data.train_mask).view(-1)[rank::world_size]  # each rank its share
     val_idx = torch.nonzero(data.val_mask).view(-1)[rank::world_size]
     test_idx = torch.nonzero(data.test_mask).view(-1)[rank::world_size]
-    fanout = [10] * args.layers
-    train_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=args.batch_size, input_nodes=train_idx, shuffle=True)
-    eval_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=4096, input_nodes=torch.cat([val_idx, test_idx]))
+    fanout = list(args.fanout) if args.fanout else [10] * args.layers
+    # each rank samples its own stream, and a new one per seed (evaluation: the same fan-outs)
+    train_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=args.batch_size, input_nodes=train_idx, shuffle=True,
+                                  seed=1000 * args.seed + rank)  # fmt: skip
+    eval_loader = NeighborLoader(data, num_neighbors=fanout, batch_size=4096, input_nodes=torch.cat([val_idx, test_idx]),
+                                 seed=1000 * args.seed + rank + 500)  # fmt: skip
     n_val = val_idx.numel()
     base = bench_model(
         args.model, in_channels=data.num_features, out_channels=n_cls, hidden_channels=args.hidden,
@@ -267,12 +309,14 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             super().on_train_epoch_start(trainer, pl_module)
             self._batches = 0
+            self._trained = 0.0
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # type: ignore[no-untyped-def]
             self._batches += 1
+            self._trained = time.perf_counter() - self._t0  # validation runs after the last batch: not training time
 
         def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            Probe.on_train_batch_end(self, trainer, pl_module, None, None, 0)
+            self.record(trainer, self._trained)
             self.epochs[-1]["batches"] = self._batches
 
         def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -282,11 +326,13 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
             self._pending = {k[2:]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("b_")}
 
     probe = EpochProbe()
+    stops, limits = stopping(args, n_cls == 2)
 
     class Attach(L.Callback):
         def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if probe.epochs and getattr(probe, "_pending", None):
                 probe.epochs[-1].update(probe._pending)
+                probe._pending = None  # an epoch cut short by the time budget has no validation of its own
 
     trainer = L.Trainer(
         strategy="ddp" if world_size > 1 else "auto",
@@ -300,7 +346,8 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
         enable_model_summary=False,
         enable_checkpointing=False,
         logger=False,
-        callbacks=[probe, Attach()],
+        callbacks=[probe, Attach(), *stops],
+        **limits,
     )
     trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=eval_loader)
     return probe, trainer
@@ -324,7 +371,13 @@ def main() -> None:
                         help="HaloQuantStrategy(halo_reduction=...): partial sums by default")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=1024, help="--baseline neighbor: seed nodes per mini-batch")
+    parser.add_argument("--fanout", type=int, nargs="+", default=None,
+                        help="--baseline neighbor: neighbours sampled per hop (default 10 per layer)")
+    parser.add_argument("--patience", type=int, default=0,
+                        help="stop after this many validations without a better validation score (EarlyStopping; 0: off)")
+    parser.add_argument("--time-budget", type=float, default=0.0,
+                        help="stop after this many seconds of fit() wall time (Trainer(max_time=...); 0: off)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--num-nodes", type=int, default=1)
@@ -352,6 +405,7 @@ def main() -> None:
         "epochs": probe.epochs,
         "traffic_summary": summary,
         "kernel_bound": probe.kernel_bound,
+        "stopped_by": stop_reason(trainer, args),
         "layer_choices": getattr(trainer.strategy, "layer_choices", {}),
         "host": os.uname().nodename,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),

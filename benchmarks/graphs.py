@@ -16,6 +16,8 @@ REAL = {
     "actor": "pyg:Actor:{root}/Actor",
     "tolokers": "pyg:HeterophilousGraphDataset:{root}:Tolokers",
     "cornell5": "pyg:LINKXDataset:{root}:cornell5",
+    "amherst41": "pyg:LINKXDataset:{root}:amherst41",
+    "johnshopkins55": "pyg:LINKXDataset:{root}:johnshopkins55",
 }
 
 
