@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, ROOT, Cluster, cluster_for, run_cell
+from benchmarks.pages import write_section
 
 OUT = RESULTS / "converge"
 TUNING = OUT / "neighbor_tuning.json"
@@ -430,11 +431,7 @@ def _fmt_t(t: float) -> str:
 
 
 def write_page(page: Path, body: str) -> None:
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: converge -->\n).*?(<!-- END GENERATED: converge -->)", re.DOTALL)
-    text = page.read_text()
-    if not pattern.search(text):
-        raise SystemExit(f"{page} has no GENERATED: converge markers")
-    page.write_text(pattern.sub(lambda m: m.group(1) + body + m.group(2), text))
+    write_section(page, "converge", body)
 
 
 def cmd_report(a: argparse.Namespace) -> None:

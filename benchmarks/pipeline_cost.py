@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import RESULTS, ROOT, cluster_for, run_cell
+from benchmarks.pages import write_section
 from benchmarks.summary import WARMUP
 
 OUT = RESULTS / "pipeline-cost"
@@ -135,11 +135,7 @@ def render() -> str:
 
 
 def write_report(page: Path) -> None:
-    text = page.read_text()
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: pipeline-cost -->\n).*?(<!-- END GENERATED: pipeline-cost -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{page} has no GENERATED: pipeline-cost markers")
-    page.write_text(pattern.sub(lambda m: m.group(1) + render() + "\n" + m.group(2), text))
+    write_section(page, "pipeline-cost", render() + "\n")
 
 
 def main() -> None:

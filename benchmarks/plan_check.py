@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from benchmarks.pages import write_section
 from lightning_halo.planner import memory as mem
 from lightning_halo.planner.facts import Partitioning, from_manifest
 from lightning_halo.planner.options import parse_rate
@@ -188,13 +189,9 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out).rstrip()
 
 
-def write_section(page: Path, text: str) -> None:
+def write_page(page: Path, text: str) -> None:
     """Replace the ``plan-check`` generated section of ``page`` with ``text``."""
-    body = page.read_text()
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: plan-check -->\n).*?(<!-- END GENERATED: plan-check -->)", re.S)
-    if not pattern.search(body):
-        raise SystemExit(f"{page} has no GENERATED: plan-check markers")
-    page.write_text(pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), body))
+    write_section(page, "plan-check", text + "\n")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -206,7 +203,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     Path(a.out).write_text(json.dumps(result, indent=1))
     text = markdown(result)
     if a.page:
-        write_section(Path(a.page), text)
+        write_page(Path(a.page), text)
     print(text)
 
 

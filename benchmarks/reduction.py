@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from benchmarks.harness import RESULTS, ROOT, cluster_for, run_cell
+from benchmarks.pages import write_section
 
 OUT = RESULTS / "reduction"
 
@@ -190,11 +190,7 @@ def _memory_lines() -> list[str]:
 
 
 def write_report(page: Path) -> None:
-    text = page.read_text()
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: reduction -->\n).*?(<!-- END GENERATED: reduction -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{page} has no GENERATED: reduction markers")
-    page.write_text(pattern.sub(lambda m: m.group(1) + render() + "\n" + m.group(2), text))
+    write_section(page, "reduction", render() + "\n")
 
 
 def main() -> None:

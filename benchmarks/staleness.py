@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import lightning as L
 
 from benchmarks.harness import RESULTS, ROOT
+from benchmarks.pages import write_section
 
 OUT = RESULTS / "staleness"
 DEFAULT_METHODS = ("32:sync", "1:sync", "1:pipelined", "1:pipelined:5", "1:adaptive")
@@ -173,11 +173,7 @@ def _order(method: str) -> tuple:
 
 
 def write_report(page: Path) -> None:
-    text = page.read_text()
-    pattern = re.compile(r"(<!-- BEGIN GENERATED: staleness -->\n).*?(<!-- END GENERATED: staleness -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{page} has no GENERATED: staleness markers")
-    page.write_text(pattern.sub(lambda m: m.group(1) + render() + "\n" + m.group(2), text))
+    write_section(page, "staleness", render() + "\n")
 
 
 def main() -> None:
