@@ -120,11 +120,13 @@ class HaloDataModule(pl.LightningDataModule):
         balance (str, optional): METIS balances ``"nodes"`` or ``"edges"`` per part.
             (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
-        cache_dir (str, optional): partition cache root. Defaults to
-            ``$LIGHTNING_HALO_CACHE`` or ``~/.cache/lightning_halo``.
+        cache_dir (str, optional): partition cache root, also where the ranks remember which part
+            files matched their SHA-256 (read whole once per file, not at every start:
+            :mod:`~lightning_halo.data.checksums`). Defaults to ``$LIGHTNING_HALO_CACHE`` or
+            ``~/.cache/lightning_halo``.
 
     With a partition directory, ``partitioner``, ``balance`` and ``seed`` are those it was
-    written with (its manifest), and ``cache_dir`` is unused.
+    written with (its manifest), and ``cache_dir`` holds only the record of checked files.
 
     Example:
         >>> dm = HaloDataModule("cora")
@@ -154,7 +156,7 @@ class HaloDataModule(pl.LightningDataModule):
         if isinstance(data, Data):
             self._source = InMemorySource(data)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
-            self._source = PartitionDirectory(data)
+            self._source = PartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)):
             self._source = PathSource(data, self.cache_dir)
         else:

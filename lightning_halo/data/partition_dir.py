@@ -38,6 +38,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 import lightning_halo.partition.chunks as chunks
+from lightning_halo.data.checksums import VerifiedFiles, file_sha256
 from lightning_halo._compat.torch import fake_tensor_mode, is_fake, saved_tensors
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
 from lightning_halo.partition.csr import BlockedCSR
@@ -100,19 +101,14 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file, read in blocks (through the page cache, never mapped)."""
-    h = hashlib.sha256()
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: int, name: Optional[str] = None) -> Path:
+def check_part_file(
+    directory: str | os.PathLike, manifest: dict[str, Any], p: int, name: Optional[str] = None,
+    verified: Optional[VerifiedFiles] = None,
+) -> Path:  # fmt: skip
     """Path of part ``p``'s file ``name`` (default ``part_<p>.pt``) after checking its size and SHA-256.
+
+    The size is checked every time; the SHA-256 by reading the whole file, unless ``verified``
+    remembers this very file holding it (:mod:`~lightning_halo.data.checksums`).
 
     Raises:
         PartitionFileError: naming the file, what is wrong with it and how to get a good copy.
@@ -138,7 +134,7 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
             f"{path} has {size} bytes but {MANIFEST} records {entry['bytes']}: the file is truncated or an "
             f"incomplete copy; {fix}."
         )
-    if file_sha256(path) != entry["sha256"]:
+    if not (verified or VerifiedFiles(None)).matches(path, entry["sha256"]):
         raise PartitionFileError(
             f"{path} does not match the SHA-256 recorded in {MANIFEST}: it changed after partitioning (or the copy "
             f"is corrupt); {fix}."
@@ -146,9 +142,11 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
     return path
 
 
-def load_part(directory: str | os.PathLike, manifest: dict[str, Any], p: int) -> HaloPartition:
-    """Part ``p`` with its adjacency, checked against the manifest, its tensors memory-mapped from the files."""
-    paths = [check_part_file(directory, manifest, p, name) for name in (part_name(p), adj_name(p))]
+def load_part(
+    directory: str | os.PathLike, manifest: dict[str, Any], p: int, verified: Optional[VerifiedFiles] = None
+) -> HaloPartition:
+    """Part ``p`` with its adjacency, checked against the manifest (see :func:`check_part_file`), memory-mapped."""
+    paths = [check_part_file(directory, manifest, p, name, verified) for name in (part_name(p), adj_name(p))]
     state = {}
     for path in paths:
         state.update(torch.load(path, mmap=True, weights_only=True, map_location="cpu"))
@@ -171,6 +169,10 @@ class PartitionDirectory:
 
     Args:
         path (str): the directory.
+        cache_dir (str, optional): where to remember which part files were found to match their
+            SHA-256 (:class:`~lightning_halo.data.checksums.VerifiedFiles`), so that later loads
+            of an unchanged file do not read it whole again. (default: ``None``: every
+            :meth:`load_part` reads its files whole)
 
     Example:
         >>> d = PartitionDirectory("parts/")  # doctest: +SKIP
@@ -179,8 +181,9 @@ class PartitionDirectory:
         (128, 1000000)
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, cache_dir: Optional[str | os.PathLike] = None) -> None:
         self.dir = Path(path)
+        self.verified = VerifiedFiles(cache_dir)
 
     def read_meta(self) -> dict[str, Any]:
         """The manifest (``manifest.json``), checked for its format."""
@@ -201,7 +204,7 @@ class PartitionDirectory:
         return True
 
     def verify(self) -> bool:
-        """Whether the directory is complete and every part matches its recorded hash."""
+        """Whether the directory is complete and every part matches its recorded hash (every file read whole)."""
         try:
             manifest = self.read_meta()
             return all(file_sha256(self.dir / f) == e["sha256"] for f, e in manifest["files"].items())
@@ -214,7 +217,7 @@ class PartitionDirectory:
         Raises:
             PartitionFileError: if the file is missing, truncated or does not match its hash.
         """
-        return load_part(self.dir, self.read_meta(), p)
+        return load_part(self.dir, self.read_meta(), p, self.verified)
 
 
 # ---------------------------------------------------------------------------------------- writing

@@ -308,3 +308,28 @@ def test_directory_is_right_whatever_order_torch_numbers_storages_in(order: str,
                 assert part[key].dtype == value.dtype and torch.equal(part[key], value), key
             else:
                 assert part[key] == value, key
+
+
+# --------------------------------------------------------------------------- checksums, read once
+def test_ranks_read_their_part_in_full_once_and_still_refuse_a_changed_one(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    import lightning_halo.data.checksums as checksums
+    from tests.support.files import damage_in_place
+
+    out = _written(tmp_path)
+    real_now, real_sha = time.time_ns, checksums.file_sha256
+    monkeypatch.setattr(checksums, "time_ns", lambda: real_now() + 10**10)  # a start after the partition step
+    reads: list[str] = []
+    monkeypatch.setattr(checksums, "file_sha256", lambda path: reads.append(Path(path).name) or real_sha(path))
+    cache = str(tmp_path / "cache")
+    first = _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)
+    assert sorted(reads) == ["adj_0.pt", "part_0.pt"]
+    again = _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)  # every later start: no full read
+    assert sorted(reads) == ["adj_0.pt", "part_0.pt"]
+    assert_same_partition(again, first)
+    damage_in_place(out / "part_0.pt")
+    before = _contents(out)
+    with pytest.raises(PartitionFileError, match=r"out/part_0.pt does not match the SHA-256 .*re-run `lightning-halo partition"):
+        _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)
+    assert _contents(out) == before, "the user's directory is never written"
