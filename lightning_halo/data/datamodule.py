@@ -24,6 +24,7 @@ from lightning_halo.data.partition_dir import (
     is_partition_dir,
 )
 from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
+from lightning_halo.errors import internal_error
 from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.options import Balance, Partitioner, check_num_parts, check_options
@@ -293,7 +294,8 @@ class HaloDataModule(pl.LightningDataModule):
         return store.read_meta()
 
     def _write(self, store: PartitionCache, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
-        assert not isinstance(self._source, PartitionDirectory)  # a partition directory is never rewritten
+        if isinstance(self._source, PartitionDirectory):
+            raise internal_error(f"a write into the user's partition directory {self._source.dir} (it is never rewritten)")
         return store.write(
             self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
             partitioner=self.partitioner, balance=self.balance, seed=self.seed,
