@@ -171,8 +171,8 @@ class PartitionDirectory:
         path (str): the directory.
         cache_dir (str, optional): where to remember which part files were found to match their
             SHA-256 (:class:`~lightning_halo.data.checksums.VerifiedFiles`), so that later loads
-            of an unchanged file do not read it whole again. (default: ``None``: every
-            :meth:`load_part` reads its files whole)
+            of an unchanged file do not read it whole again; without one, every
+            :meth:`load_part` reads its files whole.
 
     Example:
         >>> d = PartitionDirectory("parts/")  # doctest: +SKIP
