@@ -38,8 +38,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 import lightning_halo.partition.chunks as chunks
-from lightning_halo.data.checksums import VerifiedFiles, file_sha256
 from lightning_halo._compat.torch import fake_tensor_mode, is_fake, saved_tensors
+from lightning_halo.data.checksums import VerifiedFiles, file_sha256
+from lightning_halo.errors import internal_error
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
 from lightning_halo.partition.csr import BlockedCSR
 from lightning_halo.partition.csr import sizes as csr_sizes
@@ -505,12 +506,15 @@ class _PartWriter:
         with torch.serialization.skip_data(materialize_fake_tensors=True):
             torch.save(state, path)
         tensors = {key: value for key, value in state.items() if isinstance(value, Tensor)}
-        saved = saved_tensors(path)
+        try:
+            saved = saved_tensors(path)
+        except ValueError as err:
+            raise internal_error(f"torch {torch.__version__} saves partition files differently ({err})") from err
         for key, v in tensors.items():
             if key not in saved or saved[key].record_bytes != v.untyped_storage().nbytes() or not v.is_contiguous():
-                raise RuntimeError(
-                    f"internal error: tensor {key!r} of {path} is not where lightning-halo expects it in the file "
-                    f"(found {saved.get(key)}): torch {torch.__version__} saves differently; please report it"
+                raise internal_error(
+                    f"tensor {key!r} of {path} is not where torch {torch.__version__} was expected to save it "
+                    f"(found {saved.get(key)}, its storage has {v.untyped_storage().nbytes()} bytes)"
                 )
         self.offset = {key: saved[key].record_offset + saved[key].storage_offset * v.element_size() for key, v in tensors.items()}
         self.itemsize = {key: v.element_size() for key, v in tensors.items()}

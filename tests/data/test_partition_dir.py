@@ -333,3 +333,15 @@ def test_ranks_read_their_part_in_full_once_and_still_refuse_a_changed_one(tmp_p
     with pytest.raises(PartitionFileError, match=r"out/part_0.pt does not match the SHA-256 .*re-run `lightning-halo partition"):
         _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)
     assert _contents(out) == before, "the user's directory is never written"
+
+
+def test_writer_refuses_a_file_whose_tensors_it_cannot_place(tmp_path: Path, monkeypatch) -> None:
+    import lightning_halo.data.partition_dir as partition_dir
+    from lightning_halo._compat.torch import SavedTensor
+    from lightning_halo.data.partition_dir import _PartWriter
+    from lightning_halo.errors import InternalError
+
+    state = {"a": torch.arange(4), "b": torch.arange(4)}
+    monkeypatch.setattr(partition_dir, "saved_tensors", lambda path: {"a": SavedTensor(0, 32, 0)})  # b's record lost
+    with pytest.raises(InternalError, match=r"tensor 'b' of .*part.pt is not where torch .* was expected to save it"):
+        _PartWriter(tmp_path / "part.pt", state)
