@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
+from benchmarks.shared import shared_path
+
 ROOT = Path(__file__).resolve().parents[1]
 
 REAL = {
@@ -22,10 +24,9 @@ REAL = {
 
 
 def shared_datasets() -> Path:
-    for candidate in (os.environ.get("LIGHTNING_HALO_DATASETS"), ROOT.parent / "shared" / "datasets", "/work/shared/datasets"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    raise FileNotFoundError("../shared/datasets not found; set LIGHTNING_HALO_DATASETS")
+    """The shared datasets folder (:mod:`benchmarks.shared`: ``$LIGHTNING_HALO_DATASETS``,
+    ``$LIGHTNING_HALO_SHARED/datasets`` or ``../shared/datasets``); an error names all three."""
+    return shared_path("datasets", override="LIGHTNING_HALO_DATASETS")
 
 
 def sbm(

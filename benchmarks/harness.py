@@ -34,6 +34,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any, Iterator, Optional
 
+from benchmarks.shared import shared_path
 from benchmarks.summary import BITS, MODELS, MODES, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,11 +42,11 @@ RESULTS = Path(os.environ.get("LIGHTNING_HALO_BENCH_RESULTS", ROOT / "benchmarks
 
 
 def testbed() -> Path:
-    for candidate in (os.environ.get("LIGHTNING_HALO_TESTBED"), ROOT.parent / "shared" / "testbed" / "cluster.sh",
-                      "/work/shared/testbed/cluster.sh"):  # fmt: skip
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    raise SystemExit("no testbed: ../shared/testbed/cluster.sh not found (set LIGHTNING_HALO_TESTBED)")
+    """The testbed script (:mod:`benchmarks.shared`); without one the harness stops, naming where it looked."""
+    try:
+        return shared_path("testbed/cluster.sh", override="LIGHTNING_HALO_TESTBED")
+    except FileNotFoundError as err:
+        raise SystemExit(f"no testbed: {err}") from err
 
 
 class Cluster:

@@ -13,13 +13,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lightning_halo"
 MAX_FUNCTION_LINES = 60
 
 #: Reads of other libraries' internals in modules that other work owns at the time of writing
-#: (issue 28: the part-file layout; issue 29: the model zoo). Each is to move to ``_compat``
-#: (``_compat.pyg.explicit_num_nodes``, ``memo.TensorMemo``, a zip/fake-tensor helper); the test
+#: (issue 29: the model zoo). Each is to move to ``_compat``
+#: (``_compat.pyg.explicit_num_nodes``, ``memo.TensorMemo``); the test
 #: below fails once an entry is gone, so the list only shrinks.
 PENDING = {
     ("data/validation.py", "attribute", "_store"),
     ("models/node_classifier.py", "attribute", "_version"),
-    ("data/partition_dir.py", "import", "torch._subclasses.fake_tensor"),
 }
 
 

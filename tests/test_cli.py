@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.shared import find_shared
 from tests.support.launch import check, run_workers
 from tests.support.noise import noise_lines
 
@@ -22,10 +23,8 @@ CONFIGS = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
 
 
 def shared_datasets() -> Path | None:
-    for candidate in (os.environ.get("LIGHTNING_HALO_DATASETS"), ROOT.parent / "shared" / "datasets", "/work/shared/datasets"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    return None
+    """The shared datasets folder, or None (:func:`benchmarks.shared.find_shared`)."""
+    return find_shared("datasets", override="LIGHTNING_HALO_DATASETS")
 
 
 def cli(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -57,7 +56,7 @@ def data_override(config: Path) -> list[str]:
         return []
     shared = shared_datasets()
     if shared is None:
-        pytest.skip("../shared/datasets is not on this machine (set LIGHTNING_HALO_DATASETS)")
+        pytest.skip("../shared/datasets is not on this machine (set LIGHTNING_HALO_SHARED)")
     line = next(l for l in text.splitlines() if l.strip().startswith("data:") and "../shared/datasets" in l)
     return ["--data.data", line.split(":", 1)[1].strip().strip("\"'").replace("../shared/datasets", str(shared))]
 

@@ -199,3 +199,27 @@ def test_raw_markup_finds_what_it_should() -> None:
     page = '<p>Every :class:<code>~x.Y</code> (<code>Sylvie &lt;https://arxiv.org/abs/1&gt;</code>_) \\(x\\)</p><pre>a :class:</pre>'
     assert len(raw_markup(page)) == 3
     assert raw_markup("<p>Every <code>Y</code> (<a href='u'>Sylvie</a>) <math><mi>x</mi></math></p>") == []
+
+
+#: A development machine's own directories: code finds its files relative to the checkout or through an
+#: environment variable (benchmarks/shared.py), never at one machine's absolute path.
+MACHINE_PATHS = re.compile(r"(?<![\w.~$-])/(?:work|root|home|Users)/")
+
+
+def machine_paths(text: str) -> list[str]:
+    """The lines of ``text`` that name an absolute path of one machine."""
+    return [line.strip() for line in text.splitlines() if MACHINE_PATHS.search(line)]
+
+
+def test_machine_paths_finds_what_it_should() -> None:
+    found = machine_paths("\n".join(f'x = Path("/{top}/me/datasets")' for top in ("work", "home", "root", "Users")))
+    assert len(found) == 4
+    assert not machine_paths('a = ROOT.parent / "shared"\nb = "../shared/datasets"\nc = "~/work/x"\nd = "$HOME/x"\ne = "x/home/y"')
+
+
+def test_no_path_of_one_machine_in_code() -> None:
+    files = subprocess.run(["git", "ls-files", "*.py", "*.sh", "*.yaml", "*.yml", "*.toml", "*.cfg"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert files, "git ls-files listed nothing"
+    hits = [f"{name}: {line}" for name in files if (ROOT / name).is_file() for line in machine_paths((ROOT / name).read_text())]
+    assert not hits, "absolute paths of a development machine (use ../shared or an environment variable):\n" + "\n".join(hits)

@@ -1,6 +1,7 @@
 """A real 2-node SLURM job (srun) gives the same model as 2 local processes.
 
-Uses the project's testbed script (``$LIGHTNING_HALO_TESTBED`` or ../shared/testbed/cluster.sh):
+Uses the project's testbed script (``$LIGHTNING_HALO_TESTBED``, ``$LIGHTNING_HALO_SHARED/testbed/cluster.sh``
+or ../shared/testbed/cluster.sh, see benchmarks/shared.py):
 two network namespaces with their own NICs, slurmctld and one slurmd per node. It starts daemons
 and network namespaces on this machine, so it runs only when asked: ``LIGHTNING_HALO_TEST_SLURM=1``
 (``.ci/run`` sets it). Asked for, it fails (with the reason) where the testbed cannot start: not
@@ -17,21 +18,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.shared import find_shared
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "gcn.yaml"
 
 
 def find_testbed_script() -> Path | None:
-    for candidate in (os.environ.get("LIGHTNING_HALO_TESTBED"), ROOT.parent / "shared" / "testbed" / "cluster.sh",
-                      "/work/shared/testbed/cluster.sh"):  # fmt: skip
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
+    return find_shared("testbed/cluster.sh", override="LIGHTNING_HALO_TESTBED")
 
 
 def _why_not() -> str | None:
     if find_testbed_script() is None:
-        return "no testbed script (../shared/testbed/cluster.sh or $LIGHTNING_HALO_TESTBED)"
+        return "no testbed script (../shared/testbed/cluster.sh, $LIGHTNING_HALO_SHARED or $LIGHTNING_HALO_TESTBED)"
     if os.geteuid() != 0:
         return "the SLURM testbed needs root"
     probe = subprocess.run(["ip", "netns", "add", "halo_probe"], capture_output=True, text=True)

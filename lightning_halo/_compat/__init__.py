@@ -6,7 +6,8 @@ directly, so an upgrade that breaks one fails there, with its name, and nowhere 
 
 * :mod:`~lightning_halo._compat.torch`: a tensor's in-place version counter, tensor-subclass
   plumbing (``Tensor._make_subclass``, disabling ``__torch_function__``, ``torch._sparse_mm``),
-  the private base class of the batch norms, the module ``torch.compile`` wraps, and gloo's worker threads at teardown;
+  the private base class of the batch norms, the module ``torch.compile`` wraps, gloo's worker threads at teardown,
+  fake tensors, and where ``torch.save`` puts each tensor's bytes in its zip file (partition files are written in place);
 * :mod:`~lightning_halo._compat.pyg`: the names a layer reads at the sources of its edges
   (``MessagePassing._user_args``), whether PyG generated a class's ``propagate`` with its fused
   branch (a search of the generated source), PyG's per-layer caches and normalisation flags, and

@@ -86,7 +86,7 @@ class PartitionCache(PartitionDirectory):
     def __init__(self, root: str | os.PathLike, key: str) -> None:
         self.root = Path(root)
         self.key = key
-        super().__init__(self.root / key)
+        super().__init__(self.root / key, cache_dir=self.root)
 
     def write(self, data: Data, num_parts: int, *, graph: dict[str, Any], on_phase: Optional[Phase] = None,
               **params: Any) -> dict[str, Any]:  # fmt: skip

@@ -24,6 +24,7 @@ from lightning_halo.data.partition_dir import (
     is_partition_dir,
 )
 from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
+from lightning_halo.errors import internal_error
 from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.options import Balance, Partitioner, check_num_parts, check_options
@@ -120,11 +121,13 @@ class HaloDataModule(pl.LightningDataModule):
         balance (str, optional): METIS balances ``"nodes"`` or ``"edges"`` per part.
             (default: ``"nodes"``)
         seed (int, optional): partitioner seed. (default: ``0``)
-        cache_dir (str, optional): partition cache root. Defaults to
-            ``$LIGHTNING_HALO_CACHE`` or ``~/.cache/lightning_halo``.
+        cache_dir (str, optional): partition cache root, also where the ranks remember which part
+            files matched their SHA-256 (read whole once per file, not at every start:
+            :mod:`~lightning_halo.data.checksums`). Defaults to ``$LIGHTNING_HALO_CACHE`` or
+            ``~/.cache/lightning_halo``.
 
     With a partition directory, ``partitioner``, ``balance`` and ``seed`` are those it was
-    written with (its manifest), and ``cache_dir`` is unused.
+    written with (its manifest), and ``cache_dir`` holds only the record of checked files.
 
     Example:
         >>> dm = HaloDataModule("cora")
@@ -154,7 +157,7 @@ class HaloDataModule(pl.LightningDataModule):
         if isinstance(data, Data):
             self._source = InMemorySource(data)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
-            self._source = PartitionDirectory(data)
+            self._source = PartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)):
             self._source = PathSource(data, self.cache_dir)
         else:
@@ -291,7 +294,8 @@ class HaloDataModule(pl.LightningDataModule):
         return store.read_meta()
 
     def _write(self, store: PartitionCache, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
-        assert not isinstance(self._source, PartitionDirectory)  # a partition directory is never rewritten
+        if isinstance(self._source, PartitionDirectory):
+            raise internal_error(f"a write into the user's partition directory {self._source.dir} (it is never rewritten)")
         return store.write(
             self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
             partitioner=self.partitioner, balance=self.balance, seed=self.seed,

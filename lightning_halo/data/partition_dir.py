@@ -26,10 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -40,6 +38,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 import lightning_halo.partition.chunks as chunks
+from lightning_halo._compat.torch import fake_tensor_mode, is_fake, saved_tensors
+from lightning_halo.data.checksums import VerifiedFiles, file_sha256
+from lightning_halo.errors import internal_error
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
 from lightning_halo.partition.csr import BlockedCSR
 from lightning_halo.partition.csr import sizes as csr_sizes
@@ -101,19 +102,14 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file, read in blocks (through the page cache, never mapped)."""
-    h = hashlib.sha256()
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: int, name: Optional[str] = None) -> Path:
+def check_part_file(
+    directory: str | os.PathLike, manifest: dict[str, Any], p: int, name: Optional[str] = None,
+    verified: Optional[VerifiedFiles] = None,
+) -> Path:  # fmt: skip
     """Path of part ``p``'s file ``name`` (default ``part_<p>.pt``) after checking its size and SHA-256.
+
+    The size is checked every time; the SHA-256 by reading the whole file, unless ``verified``
+    remembers this very file holding it (:mod:`~lightning_halo.data.checksums`).
 
     Raises:
         PartitionFileError: naming the file, what is wrong with it and how to get a good copy.
@@ -139,7 +135,7 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
             f"{path} has {size} bytes but {MANIFEST} records {entry['bytes']}: the file is truncated or an "
             f"incomplete copy; {fix}."
         )
-    if file_sha256(path) != entry["sha256"]:
+    if not (verified or VerifiedFiles(None)).matches(path, entry["sha256"]):
         raise PartitionFileError(
             f"{path} does not match the SHA-256 recorded in {MANIFEST}: it changed after partitioning (or the copy "
             f"is corrupt); {fix}."
@@ -147,9 +143,11 @@ def check_part_file(directory: str | os.PathLike, manifest: dict[str, Any], p: i
     return path
 
 
-def load_part(directory: str | os.PathLike, manifest: dict[str, Any], p: int) -> HaloPartition:
-    """Part ``p`` with its adjacency, checked against the manifest, its tensors memory-mapped from the files."""
-    paths = [check_part_file(directory, manifest, p, name) for name in (part_name(p), adj_name(p))]
+def load_part(
+    directory: str | os.PathLike, manifest: dict[str, Any], p: int, verified: Optional[VerifiedFiles] = None
+) -> HaloPartition:
+    """Part ``p`` with its adjacency, checked against the manifest (see :func:`check_part_file`), memory-mapped."""
+    paths = [check_part_file(directory, manifest, p, name, verified) for name in (part_name(p), adj_name(p))]
     state = {}
     for path in paths:
         state.update(torch.load(path, mmap=True, weights_only=True, map_location="cpu"))
@@ -172,6 +170,10 @@ class PartitionDirectory:
 
     Args:
         path (str): the directory.
+        cache_dir (str, optional): where to remember which part files were found to match their
+            SHA-256 (:class:`~lightning_halo.data.checksums.VerifiedFiles`), so that later loads
+            of an unchanged file do not read it whole again; without one, every
+            :meth:`load_part` reads its files whole.
 
     Example:
         >>> d = PartitionDirectory("parts/")  # doctest: +SKIP
@@ -180,8 +182,9 @@ class PartitionDirectory:
         (128, 1000000)
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, cache_dir: Optional[str | os.PathLike] = None) -> None:
         self.dir = Path(path)
+        self.verified = VerifiedFiles(cache_dir)
 
     def read_meta(self) -> dict[str, Any]:
         """The manifest (``manifest.json``), checked for its format."""
@@ -202,7 +205,7 @@ class PartitionDirectory:
         return True
 
     def verify(self) -> bool:
-        """Whether the directory is complete and every part matches its recorded hash."""
+        """Whether the directory is complete and every part matches its recorded hash (every file read whole)."""
         try:
             manifest = self.read_meta()
             return all(file_sha256(self.dir / f) == e["sha256"] for f, e in manifest["files"].items())
@@ -215,7 +218,7 @@ class PartitionDirectory:
         Raises:
             PartitionFileError: if the file is missing, truncated or does not match its hash.
         """
-        return load_part(self.dir, self.read_meta(), p)
+        return load_part(self.dir, self.read_meta(), p, self.verified)
 
 
 # ---------------------------------------------------------------------------------------- writing
@@ -315,14 +318,12 @@ def _write_durable(path: Path, payload: bytes) -> None:
 def _write_parts(
     data: Data, plan: HaloPlan, out: Path, chunk_bytes: Optional[int]
 ) -> tuple[dict[str, Any], dict[str, Any], float]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     layout = attribute_layout(data)
     n_parts = plan.num_parts
     x = data.get("x")
     digests = _x_digests(x, plan, chunk_bytes) if any(kind == "x_digest" for _, kind in layout) else []
     num_train_global = int(data.train_mask.sum()) if "train_mask" in data else 0
-    fake = FakeTensorMode()
+    fake = fake_tensor_mode()
 
     def empty(like: Tensor, rows: int) -> Tensor:  # shape and dtype only: no memory behind it
         with fake:
@@ -350,8 +351,7 @@ def _write_parts(
                 attrs[key] = empty(data[key], n_edges)
             else:
                 attrs[key] = data[key]
-        shared = {"halo_x": "x"} if with_halo else {}
-        writers.append(_PartWriter(out / part_name(p), plan.partition(p, attrs, num_train_global).to_state(), shared))
+        writers.append(_PartWriter(out / part_name(p), plan.partition(p, attrs, num_train_global).to_state()))
     try:
         cut = _write_edges(data, plan, layout, writers, chunk_bytes)
         _write_nodes(data, plan, layout, writers, chunk_bytes)
@@ -457,8 +457,6 @@ def _write_adjacency(part_path: Path, adj_path: Path, n_inner: int, n_src: int, 
     Bounded memory: :class:`~lightning_halo.partition.csr.BlockedCSR` holds one block of rows
     (temporary files beside ``adj_path`` hold the rest), and the file is written in place.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     window = chunk_bytes or chunks.CHUNK_BYTES
     with chunks.mapped_for_reading(part_path):
         edge_index = torch.load(part_path, mmap=True, weights_only=True)["edge_index"]
@@ -466,7 +464,7 @@ def _write_adjacency(part_path: Path, adj_path: Path, n_inner: int, n_src: int, 
     with tempfile.TemporaryDirectory(prefix=".csr-", dir=adj_path.parent) as tmp:
         blocked = BlockedCSR(lambda: iter_edges(edge_index, max(1, window // 16)), n_inner, n_src, num_edges, Path(tmp),
                              max_entries=max(64, window // 8))  # fmt: skip
-        fake = FakeTensorMode()
+        fake = fake_tensor_mode()
         state: dict[str, Tensor] = {}
         for key, size in csr_sizes(n_inner, n_src, blocked.nnz, num_edges).items():
             if key in ("adj_crow", "adj_t_crow"):
@@ -491,9 +489,15 @@ def _bytes(t: Tensor):  # noqa: ANN202 - a buffer for hashlib / os.pwrite, no co
 
 
 class _PartWriter:
-    """One part file: its skeleton saved up front, then every tensor's bytes written in place."""
+    """One part file: its skeleton saved up front, then every tensor's bytes written in place.
 
-    def __init__(self, path: Path, state: dict[str, Any], shared: Optional[dict[str, str]] = None) -> None:
+    Each tensor's place is found by its storage's key in the saved file
+    (:func:`~lightning_halo._compat.torch.saved_tensors`), so tensors of one size and dtype
+    (``adj_col``, ``adj_t_col``, ``adj_t_perm``) cannot trade places, whatever order torch numbers
+    storages in; a view (``halo_x`` of ``x``'s storage) lies at its own offset in its base's record.
+    """
+
+    def __init__(self, path: Path, state: dict[str, Any]) -> None:
         if not hasattr(torch.serialization, "skip_data"):
             raise RuntimeError(
                 f"writing partition files needs torch.serialization.skip_data (torch >= 2.6), this is torch "
@@ -501,24 +505,22 @@ class _PartWriter:
             )
         with torch.serialization.skip_data(materialize_fake_tensors=True):
             torch.save(state, path)
-        shared = shared or {}  # key -> the key whose storage it views (saved once, with the first)
-        tensors = [(key, value) for key, value in state.items() if isinstance(value, Tensor)]
-        own = [(key, value) for key, value in tensors if key not in shared]
-        offsets = _record_offsets(path)
-        # torch.save numbers storages in the order the pickler meets them: state order
-        if [size for _, size in offsets] != [v.untyped_storage().nbytes() for _, v in own]:
-            raise RuntimeError(f"unexpected storage layout in {path}; torch.save changed its format")
-        self.offset = {key: off + v.storage_offset() * v.element_size() for (key, v), (off, _) in zip(own, offsets)}
-        for key, base in shared.items():
-            self.offset[key] = self.offset[base] - state[base].storage_offset() * state[base].element_size() + (
-                state[key].storage_offset() * state[key].element_size()
-            )
-        self.itemsize = {key: v.element_size() for key, v in tensors}
+        tensors = {key: value for key, value in state.items() if isinstance(value, Tensor)}
+        try:
+            saved = saved_tensors(path)
+        except ValueError as err:
+            raise internal_error(f"torch {torch.__version__} saves partition files differently ({err})") from err
+        for key, v in tensors.items():
+            if key not in saved or saved[key].record_bytes != v.untyped_storage().nbytes() or not v.is_contiguous():
+                raise internal_error(
+                    f"tensor {key!r} of {path} is not where torch {torch.__version__} was expected to save it "
+                    f"(found {saved.get(key)}, its storage has {v.untyped_storage().nbytes()} bytes)"
+                )
+        self.offset = {key: saved[key].record_offset + saved[key].storage_offset * v.element_size() for key, v in tensors.items()}
+        self.itemsize = {key: v.element_size() for key, v in tensors.items()}
         self.fd = os.open(path, os.O_WRONLY)
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        for key, value in tensors:  # the plan and graph-level tensors are real already
-            if not isinstance(value, FakeTensor) and value.numel() and key not in shared:
+        for key, value in tensors.items():  # the plan and graph-level tensors are real already
+            if not is_fake(value) and value.numel():
                 self.write(key, value, 0)
 
     def write(self, key: str, values: Tensor, first: int) -> None:
@@ -534,17 +536,3 @@ class _PartWriter:
             os.fsync(self.fd)
             os.close(self.fd)
             self.fd = -1
-
-
-def _record_offsets(path: Path) -> list[tuple[int, int]]:
-    """``(byte offset, size)`` of the storage records ``<archive>/data/<k>``, by ``k``."""
-    found: dict[int, tuple[int, int]] = {}
-    with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
-        for info in zf.infolist():
-            head, _, tail = info.filename.rpartition("/")
-            if head.endswith("/data") and tail.isdigit():
-                raw.seek(info.header_offset)
-                local = raw.read(30)  # zip local file header; name and extra lengths at 26..30
-                name_len, extra_len = struct.unpack("<HH", local[26:30])
-                found[int(tail)] = (info.header_offset + 30 + name_len + extra_len, info.file_size)
-    return [found[k] for k in sorted(found)]

@@ -201,6 +201,10 @@ def _operator(
         return coo.to_sparse_csr().to(device)
 
 
+#: The dtypes a device's sparse product may lack a kernel for (then run in float32).
+_MAYBE_NO_KERNEL = (torch.float16, torch.bfloat16)
+
+
 def _apply(op: Tensor, x: Tensor) -> Tensor:
     """``op @ x`` in ``x``'s dtype: torch's CPU ``spmm_reduce`` kernel (it has bfloat16/float16
     versions, MKL's has not), cuSPARSE on CUDA, in float32 where a dtype has no kernel there."""
@@ -213,7 +217,9 @@ def _apply(op: Tensor, x: Tensor) -> Tensor:
     else:
         try:
             out = torch.sparse.mm(a, flat)
-        except RuntimeError:
+        except RuntimeError as err:  # out of memory is one too: float32 would need more still
+            if isinstance(err, torch.OutOfMemoryError) or x.dtype not in _MAYBE_NO_KERNEL:
+                raise
             out = torch.sparse.mm(op.to(torch.float32), flat.float()).to(x.dtype)
     return out.reshape(op.size(0), *x.shape[1:])
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Hashable, Optional
 import torch
 from torch import Tensor
 
+from lightning_halo.errors import internal_error
 from lightning_halo.exchange import Collectives, ExchangePlan, HaloExchanger
 from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.layers import normalize
@@ -181,7 +182,8 @@ def covered_edges(call: LayerCall, edges: LayerEdges, exchanger: HaloExchanger) 
     the coefficients once, :meth:`~lightning_halo.exchange.HaloExchanger.cover_route`).
     """
     adj, reduce = edges.edge_index, call.aggregation.reduce
-    assert isinstance(adj, Tensor) and reduce is not None
+    if not isinstance(adj, Tensor) or reduce is None:  # the call's stages choose partial sums only for these
+        raise internal_error(f"halo partial sums were chosen for a call with edges {type(adj).__name__}, reduce {reduce!r}")
 
     def build() -> tuple[LayerEdges, CoverRoute]:
         plan = exchanger.cover_plan()

@@ -25,6 +25,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
 from torch import Tensor
 
+from lightning_halo.errors import internal_error
 from lightning_halo.partition.chunks import iter_edges
 
 
@@ -159,6 +160,7 @@ def halo_cover(edge_index: Tensor, n_inner: int, n_halo: int, recv_counts: Seque
     # has no others, but this holds for any cover)
     folded = ~keep[pairs[0]]
     used = torch.unique(pairs[1][folded])
-    assert bool(torch.from_numpy(right_c)[used].all()), "not a vertex cover"
+    if not bool(torch.from_numpy(right_c)[used].all()):  # else contributions would be dropped silently
+        raise internal_error("the halo cover is not a vertex cover (an edge has neither end in it)")
     chosen = keys[used]
     return HaloCover(keep, chosen // max(n_inner, 1), chosen % max(n_inner, 1))

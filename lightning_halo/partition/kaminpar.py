@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_halo.partition.options import check_threads
+from lightning_halo.partition.options import check_num_parts, check_threads
 
 #: KaMinPar's imbalance tolerance: every part holds at most ``(1 + EPS)`` times the average
 #: node weight (its own default; METIS' is about the same).
@@ -110,12 +110,28 @@ def write_parhip(
         return f.tell()
 
 
+def parhip_num_nodes(path: str | os.PathLike) -> int:
+    """The number of nodes a ParHIP binary file declares (its header).
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "g.parhip")
+        >>> _ = write_parhip(p, torch.tensor([0, 1, 2]), torch.tensor([1, 0]))
+        >>> parhip_num_nodes(p)
+        2
+    """
+    header = np.fromfile(path, dtype=np.uint64, count=3)
+    if header.size != 3:
+        raise ValueError(f"{path} is not a ParHIP binary file (shorter than its {_HEADER}-byte header)")
+    return int(header[1])
+
+
 def run_kaminpar(path: str | os.PathLike, num_parts: int, *, seed: int = 0, threads: int = 1, compress: bool = True) -> Tensor:
     r"""Partition the ParHIP file ``path`` into ``num_parts`` blocks with KaMinPar (imbalance :data:`EPS`).
 
     Args:
         path (str): a file written by :func:`write_parhip`.
-        num_parts (int): :math:`P \geq 2`.
+        num_parts (int): :math:`P`, from 1 to the number of nodes.
         seed (int, optional): KaMinPar's seed. (default: ``0``)
         threads (int, optional): threads; ``1`` is deterministic for a seed, more are not.
             (default: ``1``)
@@ -124,9 +140,13 @@ def run_kaminpar(path: str | os.PathLike, num_parts: int, *, seed: int = 0, thre
 
     Returns:
         ``int64`` tensor ``[N]`` with values in ``[0, P)`` (a part may be empty on tiny graphs).
+
+    Raises:
+        ValueError: if ``num_parts`` is not an integer in ``[1, N]`` (checked before KaMinPar starts).
     """
-    kaminpar = import_kaminpar()
+    check_num_parts(num_parts, parhip_num_nodes(path))
     check_threads(threads)
+    kaminpar = import_kaminpar()
     kaminpar.reseed(int(seed))
     graph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP, compress=compress)
     blocks = kaminpar.KaMinPar(threads, kaminpar.default_context()).compute_partition(graph, num_parts, EPS)

@@ -8,8 +8,11 @@ from torch import Tensor
 from lightning_halo._compat.torch import (
     BATCH_NORM_BASE,
     compiled_original,
+    fake_tensor_mode,
+    is_fake,
     make_subclass,
     plain_dispatch,
+    saved_tensors,
     sparse_mm_functions,
     tensor_version,
 )
@@ -77,3 +80,51 @@ def test_compiled_original_finds_the_module_torch_compile_wraps() -> None:
     assert compiled_original(compiled) is lin
     assert compiled_original(lin) is None
     assert any(m is lin for m in compiled.modules()), "the wrapped module is a submodule of the wrapper"
+
+
+def test_saved_tensors_names_each_tensors_own_record_whatever_order_and_size(tmp_path) -> None:
+    base = torch.arange(12, dtype=torch.float64)
+    state = {
+        "n": 3, "name": "part", "pair": ("k", 2),  # not tensors: not listed
+        "c": torch.arange(12) * 3, "a": torch.arange(12), "b": torch.arange(12) * 2,  # one size and dtype
+        "x": base.view(3, 4), "halo": base.view(3, 4)[1:],  # a view shares its base's record
+        "u": torch.arange(5).to(torch.uint16),  # pickled by _rebuild_tensor_v3
+        "empty": torch.zeros(0, 2),
+    }  # fmt: skip
+    torch.save(state, tmp_path / "t.pt")
+    found = saved_tensors(tmp_path / "t.pt")
+    assert set(found) == {k for k, v in state.items() if isinstance(v, Tensor)}
+    raw = open(tmp_path / "t.pt", "rb").read()
+    for key, s in found.items():
+        t = state[key]
+        assert s.record_bytes == t.untyped_storage().nbytes(), key
+        start = s.record_offset + s.storage_offset * t.element_size()
+        assert raw[start : start + t.numel() * t.element_size()] == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes(), key
+    assert found["halo"].record_offset == found["x"].record_offset and found["halo"].storage_offset == 4
+
+
+def test_skip_data_saves_fake_tensors_with_records_of_their_size(tmp_path) -> None:
+    with fake_tensor_mode():
+        big = torch.empty(1000, 3)
+    assert is_fake(big) and not is_fake(torch.zeros(1))
+    with torch.serialization.skip_data(materialize_fake_tensors=True):
+        torch.save({"big": big, "idx": torch.arange(4)}, tmp_path / "s.pt")
+    found = saved_tensors(tmp_path / "s.pt")
+    assert found["big"].record_bytes == 12000 and found["idx"].record_bytes == 32
+    loaded = torch.load(tmp_path / "s.pt", mmap=True, weights_only=True)
+    assert loaded["big"].shape == (1000, 3)
+
+
+def test_saved_tensors_refuses_what_it_cannot_place(tmp_path) -> None:
+    import pytest
+
+    torch.save({"s": torch.eye(2).to_sparse()}, tmp_path / "sparse.pt")
+    with pytest.raises(ValueError, match="pickled a tensor in an unknown way"):
+        saved_tensors(tmp_path / "sparse.pt")
+    (tmp_path / "plain.zip").write_bytes(b"")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "plain.zip", "w") as zf:
+        zf.writestr("a/other.txt", "x")
+    with pytest.raises(ValueError, match="not a torch.save zip file"):
+        saved_tensors(tmp_path / "plain.zip")

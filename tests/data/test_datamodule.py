@@ -112,3 +112,15 @@ def test_constructor_rejects_bad_arguments() -> None:
 def test_loader_before_setup_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="setup"):
         HaloDataModule("cora").train_dataloader()
+
+
+def test_a_partition_directory_is_never_rewritten(tmp_path) -> None:
+    from lightning_halo.data.offline import partition_to_dir
+    from lightning_halo.errors import InternalError
+
+    partition_to_dir(awkward_graph(2), tmp_path / "parts", 2)
+    dm = HaloDataModule(str(tmp_path / "parts"))
+    before = {f.name: f.read_bytes() for f in (tmp_path / "parts").iterdir()}
+    with pytest.raises(InternalError, match="never rewritten"):
+        dm._write(PartitionCache(tmp_path / "cache", "k"), 2)
+    assert {f.name: f.read_bytes() for f in (tmp_path / "parts").iterdir()} == before

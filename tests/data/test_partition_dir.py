@@ -247,3 +247,101 @@ def test_directory_records_which_partitioner_ran(partitioner: str, tmp_path: Pat
     for p in range(3):
         assert_same_partition(_setup(dm, 3, p), expect[p])
     assert not [f for f in (tmp_path / "out").iterdir() if f.name not in manifest["files"] and f.name != "manifest.json"]
+
+
+# ------------------------------------------------------------------------- tensors by storage key
+def _save_in_order(monkeypatch, order: str) -> None:
+    """Make ``torch.save`` meet a dict's tensors (and so number their storages) in another order than the dict's."""
+    real = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if isinstance(obj, dict):
+            items = list(obj.items())
+            if order == "reversed":
+                items.reverse()
+            else:
+                import random
+
+                random.Random(0).shuffle(items)
+            obj = dict(items)
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_writer_places_tensors_of_equal_size_by_name(order: str, tmp_path: Path, monkeypatch) -> None:
+    from lightning_halo.data.partition_dir import _PartWriter
+
+    # adj_col, adj_t_col and adj_t_perm have one size and dtype: a check of sizes cannot tell them apart
+    state = {key: torch.arange(12, dtype=torch.long) * (i + 1) for i, key in enumerate(["a", "b", "c", "d"])}
+    state["x"] = torch.arange(12, dtype=torch.float64).view(3, 4)  # as many bytes again, another dtype
+    state["halo"] = state["x"][1:]  # a view: x's storage, from its second row
+    _save_in_order(monkeypatch, order)
+    writer = _PartWriter(tmp_path / "part.pt", state)
+    writer.write("b", torch.full((3,), -7, dtype=torch.long), 4)
+    writer.write("halo", torch.full((4,), -1.0, dtype=torch.float64), 4)
+    writer.close()
+    back = torch.load(tmp_path / "part.pt", weights_only=True)
+    expect = {k: v.clone() for k, v in state.items()}
+    expect["b"][4:7] = -7
+    expect["x"][2] = -1.0
+    expect["halo"] = expect["x"][1:]
+    assert sorted(back) == sorted(state)  # (the simulated torch also saves the dict in that order)
+    for key, value in expect.items():
+        assert torch.equal(back[key], value), key
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_directory_is_right_whatever_order_torch_numbers_storages_in(order: str, tmp_path: Path, monkeypatch) -> None:
+    data = awkward_graph(2)
+    expect = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2), 2)
+    _save_in_order(monkeypatch, order)
+    partition_to_dir(data, tmp_path / "out", 2)
+    monkeypatch.undo()
+    dm = HaloDataModule(str(tmp_path / "out"))
+    for p in range(2):
+        part = _setup(dm, 2, p)
+        assert sorted(part.to_dict()) == sorted(expect[p].to_dict())  # (saved in the simulated order)
+        for key, value in expect[p].to_dict().items():
+            if isinstance(value, torch.Tensor):
+                assert part[key].dtype == value.dtype and torch.equal(part[key], value), key
+            else:
+                assert part[key] == value, key
+
+
+# --------------------------------------------------------------------------- checksums, read once
+def test_ranks_read_their_part_in_full_once_and_still_refuse_a_changed_one(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    import lightning_halo.data.checksums as checksums
+    from tests.support.files import damage_in_place
+
+    out = _written(tmp_path)
+    real_now, real_sha = time.time_ns, checksums.file_sha256
+    monkeypatch.setattr(checksums, "time_ns", lambda: real_now() + 10**10)  # a start after the partition step
+    reads: list[str] = []
+    monkeypatch.setattr(checksums, "file_sha256", lambda path: reads.append(Path(path).name) or real_sha(path))
+    cache = str(tmp_path / "cache")
+    first = _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)
+    assert sorted(reads) == ["adj_0.pt", "part_0.pt"]
+    again = _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)  # every later start: no full read
+    assert sorted(reads) == ["adj_0.pt", "part_0.pt"]
+    assert_same_partition(again, first)
+    damage_in_place(out / "part_0.pt")
+    before = _contents(out)
+    with pytest.raises(PartitionFileError, match=r"out/part_0.pt does not match the SHA-256 .*re-run `lightning-halo partition"):
+        _setup(HaloDataModule(str(out), cache_dir=cache), 2, 0)
+    assert _contents(out) == before, "the user's directory is never written"
+
+
+def test_writer_refuses_a_file_whose_tensors_it_cannot_place(tmp_path: Path, monkeypatch) -> None:
+    import lightning_halo.data.partition_dir as partition_dir
+    from lightning_halo._compat.torch import SavedTensor
+    from lightning_halo.data.partition_dir import _PartWriter
+    from lightning_halo.errors import InternalError
+
+    state = {"a": torch.arange(4), "b": torch.arange(4)}
+    monkeypatch.setattr(partition_dir, "saved_tensors", lambda path: {"a": SavedTensor(0, 32, 0)})  # b's record lost
+    with pytest.raises(InternalError, match=r"tensor 'b' of .*part.pt is not where torch .* was expected to save it"):
+        _PartWriter(tmp_path / "part.pt", state)

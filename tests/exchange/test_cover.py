@@ -106,3 +106,51 @@ def test_a_slot_refuses_to_switch_between_rows_and_partial_sums() -> None:
     assert state[0]["partial"] is True
     table.load_state_dict(state, torch.device("cpu"))
     assert table.slots[0].partial
+
+
+# --------------------------------------------------------- the float32 fallback off the CPU
+class _FakeSparseMM:
+    """``torch.sparse.mm`` off the CPU that fails with ``error`` for every dtype but float32 (recorded)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error, self.dtypes = error, []
+
+    def __call__(self, a, b, *reduce):
+        self.dtypes.append(b.dtype)
+        if b.dtype != torch.float32:
+            raise self.error
+        return torch.empty(a.size(0), b.size(1), dtype=b.dtype, device=b.device)
+
+
+def _op_and_rows(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    op = torch.eye(3).to_sparse_csr()
+    return op, torch.empty(3, 2, dtype=dtype, device="meta")  # not the CPU: the branch for CUDA
+
+
+def test_out_of_memory_off_the_cpu_is_raised_not_retried_in_float32(monkeypatch) -> None:
+    from lightning_halo.exchange.cover import _apply
+
+    fake = _FakeSparseMM(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"))
+    monkeypatch.setattr(torch.sparse, "mm", fake)
+    with pytest.raises(torch.OutOfMemoryError, match="CUDA out of memory"):
+        _apply(*_op_and_rows(torch.bfloat16))
+    assert fake.dtypes == [torch.bfloat16], "no second try in float32 (it needs more memory still)"
+
+
+def test_a_dtype_without_a_kernel_off_the_cpu_runs_in_float32(monkeypatch) -> None:
+    from lightning_halo.exchange.cover import _apply
+
+    fake = _FakeSparseMM(RuntimeError("\"spmm_cuda\" not implemented for 'BFloat16'"))
+    monkeypatch.setattr(torch.sparse, "mm", fake)
+    out = _apply(*_op_and_rows(torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and fake.dtypes == [torch.bfloat16, torch.float32]
+
+
+def test_other_errors_off_the_cpu_are_raised_for_full_precision(monkeypatch) -> None:
+    from lightning_halo.exchange.cover import _apply
+
+    fake = _FakeSparseMM(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    monkeypatch.setattr(torch.sparse, "mm", fake)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        _apply(*_op_and_rows(torch.float64))
+    assert fake.dtypes == [torch.float64]

@@ -76,3 +76,16 @@ def test_arguments_get_the_edges_or_a_placeholder_for_renormalising_layers() -> 
     propagate = rewrite_arguments(call, layer_spec(sgc), arguments, got, takes_weight=True)
     assert propagate == got and isinstance(propagate, LayerEdges)
     assert arguments["edge_index"].shape == (2, 0) and arguments["edge_weight"] is None
+
+
+def test_covered_edges_of_a_call_without_a_fused_adjacency_is_an_internal_error() -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lightning_halo.errors import InternalError
+    from lightning_halo.layers.apply import covered_edges
+
+    call = SimpleNamespace(aggregation=SimpleNamespace(reduce=None))  # call.py decides partial sums only with a reduce
+    with pytest.raises(InternalError, match="partial sums"):
+        covered_edges(call, LayerEdges(torch.zeros(2, 0, dtype=torch.long)), None)  # type: ignore[arg-type]

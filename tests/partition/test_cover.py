@@ -85,3 +85,21 @@ def test_cover_reaches_the_measured_reduction_on_a_star() -> None:
     ei = torch.stack([torch.arange(1, 11), torch.zeros(10, dtype=torch.long)])
     cover = halo_cover(ei, 1, 10, [0, 10])
     assert cover.rows == 1 and not bool(cover.keep.any()) and cover.partial_target.tolist() == [0]
+
+
+def test_a_cover_that_misses_an_edge_is_an_internal_error_not_an_assert(monkeypatch) -> None:
+    # an assert would vanish under `python -O` and the partition would drop contributions silently
+    import numpy as np
+
+    import lightning_halo.partition.cover as cover
+    from lightning_halo.errors import InternalError
+
+    part = build_halo_partitions(awkward_graph(2), partition_graph(awkward_graph(2).edge_index, 160, 2), 2)[0]
+    n_inner, n_halo = int(part.n_inner), int(part.n_halo)
+    recv = part.recv_counts.tolist()
+    def nothing(left, right, n_left: int, n_right: int) -> tuple:
+        return np.zeros(n_left, dtype=bool), np.zeros(n_right, dtype=bool)
+
+    monkeypatch.setattr(cover, "minimum_vertex_cover", nothing)
+    with pytest.raises(InternalError, match=r"lightning-halo internal error: .*not a vertex cover.*please report"):
+        halo_cover(part.edge_index, n_inner, n_halo, recv)

@@ -134,3 +134,19 @@ def test_a_missing_kaminpar_is_named_with_the_alternative(monkeypatch) -> None:
     assert isinstance(KaMinParUnavailableError("x"), ImportError)
     parts = partition_graph(data.edge_index, data.num_nodes, 2, partitioner="metis")  # unaffected
     assert set(parts.tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "num_parts, message",
+    [(0, "num_parts must be a positive integer, got 0"), (-2, "got -2"), (2.0, "got 2.0"), (True, "got True"),
+     (7, "num_parts=7 exceeds the number of nodes \\(6\\)")],
+)  # fmt: skip
+def test_run_kaminpar_checks_num_parts_before_it_runs(num_parts: object, message: str, tmp_path, monkeypatch) -> None:
+    import lightning_halo.partition.kaminpar as kaminpar
+
+    ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    xadj, adjncy = symmetric_csr(ei, 6, index_dtype=torch.int32)
+    write_parhip(tmp_path / "g", torch.from_numpy(xadj), torch.from_numpy(adjncy))
+    monkeypatch.setattr(kaminpar, "import_kaminpar", lambda: pytest.fail("KaMinPar must not be started"))
+    with pytest.raises(ValueError, match=message):
+        run_kaminpar(tmp_path / "g", num_parts)  # type: ignore[arg-type]

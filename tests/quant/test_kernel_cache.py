@@ -48,9 +48,9 @@ def test_user_choice_and_writable_package_dir_are_left_to_numba(monkeypatch) -> 
 
 
 def test_read_only_package_dir_uses_the_first_usable_user_dir(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("HOME", "/home/u")
+    monkeypatch.setenv("HOME", str(tmp_path / "u"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    home = Path("/home/u/.cache/lightning_halo") / f"numba-{UID}"
+    home = tmp_path / "u" / ".cache" / "lightning_halo" / f"numba-{UID}"
     shared = Path("/scratch/halo") / f"numba-{UID}"
     tmp = tmp_path / f"lightning_halo-{UID}"
     env = {"LIGHTNING_HALO_CACHE": "/scratch/halo"}
