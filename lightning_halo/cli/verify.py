@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -44,18 +44,18 @@ def strategy_options(strategy: Any, config: Any) -> dict[str, Any]:
             "find_unused_parameters": bool(find_unused)}  # fmt: skip
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of ``lightning-halo verify``.
+def main(argv: list[str]) -> int:
+    """Entry point of ``lightning-halo verify ...`` (``argv``: ``verify`` first).
 
     Example:
         $ lightning-halo verify --config examples/configs/gcn.yaml
     """
-    from lightning_halo.cli import CommandError, HaloCLI, library_error
+    from lightning_halo.cli.lightning_cli import CommandError, HaloCLI, library_error
     from lightning_halo.data import HaloDataModule
     from lightning_halo.shutdown import release_process_groups
     from lightning_halo.verification import verify
 
-    own, rest = parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    own, rest = parser().parse_known_args(argv[1:])
     # The report is the output: not the Trainer's banners, the seed or LightningCLI's note that this command
     # hands it its own arguments (args=) while sys.argv also holds the verb.
     for name in ("lightning.pytorch", "lightning.fabric"):
