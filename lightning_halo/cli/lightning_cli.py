@@ -23,7 +23,7 @@ from lightning_halo.cli.status import CommandError, ExitStatus, library_error
 if TYPE_CHECKING:
     from lightning_halo.data import HaloDataModule
 
-__all__ = ["EVALUATING", "SHORT_NAMES", "UNTRAINED", "CommandError", "HaloCLI", "SaveConfigBesideLogs", "checkpoint_for",
+__all__ = ["ARGS_AND_ARGV", "EVALUATING", "SHORT_NAMES", "UNTRAINED", "CommandError", "HaloCLI", "SaveConfigBesideLogs", "checkpoint_for",
            "library_error", "num_classes", "num_features", "run_cli"]  # fmt: skip
 
 _SRUN_HINT = "The `srun` command is available on your system but is not used"
@@ -31,7 +31,7 @@ _CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used t
                          "The dirpath has changed from .* won't be reloaded")  # fmt: skip
 #: LightningCLI's warning when it is given args while sys.argv has some: here the args are sys.argv's own rest
 #: (the verb first), which the ranks Lightning launches (re-running sys.argv) derive again.
-_ARGS_AND_ARGV = "LightningCLI's args parameter is intended to run from within Python"
+ARGS_AND_ARGV = "LightningCLI's args parameter is intended to run from within Python"
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
 #: The --ckpt_path value that asks for the freshly initialised weights on purpose.
@@ -169,7 +169,7 @@ def run_cli(cli_class: type, datamodule_class: type, argv: list[str]) -> ExitSta
         "log_every_n_steps": 1,
         "callbacks": [EpochPrinter()],  # one line per epoch when the progress bar is off
     }
-    warnings.filterwarnings("ignore", message=_ARGS_AND_ARGV)
+    warnings.filterwarnings("ignore", message=ARGS_AND_ARGV)
     cli_class(
         datamodule_class=datamodule_class,
         save_config_callback=SaveConfigBesideLogs,
