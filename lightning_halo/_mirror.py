@@ -78,7 +78,8 @@ def mirrored() -> frozenset[str]:
 
 
 def _imports(text: str) -> set[str]:
-    """Modules a source imports (anywhere in it), plus string constants naming one of ours (lazy maps)."""
+    """Modules a source imports (anywhere in it), plus string constants naming one of ours (lazy maps, and
+    ``"module:attribute"`` entry points such as the command's verbs)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
@@ -86,8 +87,10 @@ def _imports(text: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _REFERENCE.fullmatch(node.value):
-            found.add(node.value)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = node.value.partition(":")[0]
+            if _REFERENCE.fullmatch(named):
+                found.add(named)
     return found
 
 

@@ -218,6 +218,8 @@ class HaloQuantStrategy(DDPStrategy):
         ddp_comm_state: Optional[object] = None,
         ddp_comm_wrapper: Optional[Callable] = None,
     ) -> None:
+        # Every argument as given, taken first so that no parameter can be left out (``init_args``).
+        self._init_args = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         check_halo_timeout(halo_timeout)
         check_num_threads(num_threads)
         super().__init__(
@@ -253,6 +255,19 @@ class HaloQuantStrategy(DDPStrategy):
         self._norm_hooks: list[BatchNormHook] = []
         self._plans_checked: set[int] = set()
         self._reported: dict[str, str] = {}
+
+    @property
+    def init_args(self) -> dict[str, Any]:
+        """Every argument this strategy was built with, by name, defaults included (a new dict).
+
+        What is needed to build the same strategy elsewhere: :func:`~lightning_halo.verify` hands
+        these options to the strategies of its ranks.
+
+        Example:
+            >>> HaloQuantStrategy(bits=32, halo_reduction="none").init_args["halo_reduction"]
+            'none'
+        """
+        return dict(self._init_args)
 
     @property
     def bits(self) -> int:

@@ -16,9 +16,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def partition_cli(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
-    """``lightning-halo partition *args`` in this process (the console script calls the same
-    ``main``; ``test_cli.py`` runs the installed command): returns (exit code, stdout, stderr)."""
+def lightning_halo_cli(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    """``lightning-halo *args`` in this process, in ``tmp_path`` with a cache of its own (the console script
+    calls the same ``main``; ``tests/cli/`` runs the installed command once per verb family): returns
+    (exit status, stdout, stderr)."""
     from lightning_halo.cli import main
 
     monkeypatch.setenv("LIGHTNING_HALO_CACHE", str(tmp_path / "cache"))
@@ -27,10 +28,16 @@ def partition_cli(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: py
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
         try:
-            code = main(["partition", *args]) or 0
-        except SystemExit as exit_:
-            code = exit_.code
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's and LightningCLI's own parsing errors and --help
+            code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
         out, err = capsys.readouterr()
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def partition_cli(lightning_halo_cli):
+    """``lightning-halo partition *args`` in this process: returns (exit status, stdout, stderr)."""
+    return lambda *args: lightning_halo_cli("partition", *args)

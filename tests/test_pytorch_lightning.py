@@ -44,6 +44,18 @@ def test_only_modules_that_use_lightning_are_mirrored() -> None:
     assert _mirror.rewrite("from lightning_halo.exchange import HaloExchanger") == "from lightning_halo.exchange import HaloExchanger"
 
 
+def test_the_command_is_mirrored_with_the_verbs_its_table_names() -> None:
+    """The dispatcher imports no Lightning, but its table names verbs that do ("module:main"): mirrored too."""
+    import pytorch_lightning as pl
+
+    from lightning_halo.pytorch_lightning.cli import HaloCLI
+    from lightning_halo.pytorch_lightning.cli.dispatch import VERBS
+
+    assert issubclass(HaloCLI, pl.cli.LightningCLI)
+    assert VERBS["fit"][0] == "lightning_halo.pytorch_lightning.cli.fit:main"
+    assert "lightning_halo.cli.status" not in __import__("lightning_halo._mirror", fromlist=["x"]).mirrored()
+
+
 @pytest.mark.multiprocess
 def test_pyg_style_pytorch_lightning_script_runs_unchanged_on_two_processes() -> None:
     result = subprocess.run(

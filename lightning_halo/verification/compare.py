@@ -71,7 +71,8 @@ class VerifyReport:
     Args:
         devices (int): :math:`P`.
         dtype (torch.dtype): the dtype both runs used.
-        ok (bool): loss, every compared module output and every gradient are close.
+        ok (bool): loss, every compared module output and every gradient are close, and nothing
+            that must be compared was missing (see ``not_compared``).
         loss (tuple, optional): ``(one process, P processes)``: the whole graph's loss.
         logits_diff (float, optional): largest difference of the logits (the output of the last
             module called with a row per node).
@@ -79,6 +80,10 @@ class VerifyReport:
         first_difference (ModuleDifference, optional): the first module whose output differs.
         compared (int): module calls compared.
         error (str, optional): why the :math:`P`-process run stopped, if it did.
+        not_compared (list): what could not be compared, and why (e.g. ``training_step``
+            returned no loss): the step is then not verified, and the report not ``ok``.
+        strategy (str, optional): the strategy both runs used, as the ranks built it
+            (``HaloQuantStrategy(bits=32, ...)``, its options that are not their defaults).
         notes (list): anything else worth knowing (e.g. why it ran in float32).
 
     Example:
@@ -97,15 +102,21 @@ class VerifyReport:
     first_difference: Optional[ModuleDifference] = None
     compared: int = 0
     error: Optional[str] = None
+    not_compared: list[str] = field(default_factory=list)
+    strategy: Optional[str] = None
     notes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.ok
 
     def __str__(self) -> str:
-        head = "exact" if self.ok else "NOT exact"
+        differs = self.error is not None or self.first_difference is not None or bool(self.grads_differ)
+        head = "exact" if self.ok else "NOT exact" if differs or not self.not_compared else "NOT verified"
         dtype = str(self.dtype).replace("torch.", "")
         lines = [f"lightning-halo verify: {head}: one training step on {self.devices} processes vs one process ({dtype})"]
+        if self.strategy is not None:
+            lines.append(f"  strategy: {self.strategy}")
+        lines.extend(f"  not compared: {what}" for what in self.not_compared)
         if self.error is not None:
             lines.append(f"  the {self.devices}-process run stopped: {self.error}")
         if self.loss is not None:
@@ -119,12 +130,12 @@ class VerifyReport:
             lines.append(f"  gradients differ: {len(self.grads_differ)} parameter(s): {shown}")
         if self.first_difference is not None:
             lines.append(f"  {self.first_difference.explain()}.")
-        elif not self.ok and self.error is None:
+        elif not self.ok and self.error is None and head == "NOT exact":
             lines.append(
                 "  every module's output matched, so the difference arises after the last module: in forward or "
                 "training_step (a loss or a value over all rows, e.g. out.mean(), a pool of the output)."
             )
-        if not self.ok and self.error is None:
+        if not self.ok and self.error is None and head == "NOT exact":
             lines.append(f"  What code outside the layers must do on a partition: {DOCS}")
         lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
@@ -268,6 +279,20 @@ def global_loss(recs: list[dict[str, Any]]) -> Optional[float]:
     return sum(values) / len(values)
 
 
+def missing_loss(ref_rec: dict[str, Any], recs: list[dict[str, Any]]) -> Optional[str]:
+    """Why the loss cannot be compared (``training_step`` returned none on one side), or None if it can."""
+    where = ["one process"] if ref_rec.get("scaled_loss") is None else []
+    ranks = [str(r.get("rank", i)) for i, r in enumerate(recs) if r.get("scaled_loss") is None]
+    if ranks:
+        where.append(f"rank {', '.join(ranks)}" if len(ranks) == 1 else f"ranks {', '.join(ranks)}")
+    if not where:
+        return None
+    return (
+        f"the loss: training_step returned no loss on {' and on '.join(where)} (None, or a dict without 'loss'); "
+        "verify compares one optimisation step: return the loss that is back-propagated"
+    )
+
+
 def compare_step(
     ref_rec: dict[str, Any], recs: list[dict[str, Any]], *, rtol: Optional[float] = None, atol: Optional[float] = None
 ) -> VerifyReport:
@@ -288,12 +313,15 @@ def compare_step(
     report.first_difference, report.compared, report.logits_diff = first_difference(ref_rec, recs, rtol, atol)
     want, got = global_loss([ref_rec]), global_loss(recs)
     loss_ok = True
-    if want is not None and got is not None:
-        report.loss = (want, got)
+    missing = missing_loss(ref_rec, recs)
+    if missing is not None:
+        report.not_compared.append(missing)
+    else:
+        report.loss = (want, got)  # type: ignore[assignment]
         loss_ok = close(torch.tensor(got), torch.tensor(want), rtol, atol)
     for name, g in ref_rec["grads"].items():
         if not all(name in r["grads"] and close(r["grads"][name], g, rtol, atol) for r in recs):
             report.grads_differ.append(name)
     report.grads_differ += sorted({n for r in recs for n in r["grads"]} - set(ref_rec["grads"]))
-    report.ok = loss_ok and not report.grads_differ and report.first_difference is None
+    report.ok = loss_ok and not report.grads_differ and report.first_difference is None and not report.not_compared
     return report

@@ -14,7 +14,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 from typing_extensions import override
 
-from lightning_halo.loss import LossScaling, scaled_loss
+from lightning_halo.loss import scaled_loss
+from lightning_halo.verification.options import result_options
 
 #: The dropout functions of ``torch.nn.functional`` (``nn.Dropout`` and PyG's layers call them).
 DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
@@ -63,18 +64,19 @@ class StepRecorder(pl.Callback):
 
     The record: the global ids of the rank's rows (``batch.n_id``), every module call of the
     step in the order they end (name, class, inputs, outputs), the loss ``training_step`` returned, what the
-    rank back-propagates (:func:`~lightning_halo.loss.scaled_loss`) and the parameters'
-    gradients. Hooks are added after the strategy's: inputs are seen before the halo is
-    appended, outputs after they are cut back to the rank's rows.
+    rank back-propagates (:func:`~lightning_halo.loss.scaled_loss`, by the strategy's ``scale_loss``), the
+    parameters' gradients, and the strategy's options that change the result (as the rank built it).
+    Hooks are added after the strategy's: inputs are seen before the halo is appended, outputs
+    after they are cut back to the rank's rows. The Trainer's strategy is a
+    :class:`~lightning_halo.HaloQuantStrategy`.
 
     Args:
         path (str): where to save the record.
-        scale_loss (str): what the loss is, as for :class:`~lightning_halo.HaloQuantStrategy`.
         dtype (torch.dtype): the floating tensors of the batch are cast to it.
     """
 
-    def __init__(self, path: str | Path, scale_loss: LossScaling, dtype: torch.dtype) -> None:
-        self.path, self.scale_loss, self.dtype = Path(path), scale_loss, dtype
+    def __init__(self, path: str | Path, dtype: torch.dtype) -> None:
+        self.path, self.dtype = Path(path), dtype
         self.record: dict[str, Any] = {"calls": [], "grads": {}, "dtype": dtype}
         self._handles: list[Any] = []
         self._open: dict[str, list[dict[str, Any]]] = {}  # calls begun and not yet ended, by module name
@@ -122,6 +124,7 @@ class StepRecorder(pl.Callback):
             return
         batch.apply(lambda t: t.to(self.dtype) if t.is_floating_point() else t)
         self.record.update(rank=trainer.global_rank, n_id=batch.n_id.cpu().clone(), n_inner=int(batch.n_inner))
+        self.record["strategy"] = result_options(trainer.strategy.init_args)
         self._hook(pl_module)
 
     @override
@@ -141,7 +144,8 @@ class StepRecorder(pl.Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, Tensor):
             self.record["loss"] = float(loss)
-            self.record["scaled_loss"] = float(scaled_loss(loss.detach(), self.scale_loss, trainer.world_size, batch))
+            scale = trainer.strategy.scale_loss
+            self.record["scaled_loss"] = float(scaled_loss(loss.detach(), scale, trainer.world_size, batch))
         torch.save(self.record, self.path)
         self._done = True
 

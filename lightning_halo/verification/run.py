@@ -21,13 +21,13 @@ import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 
-from lightning_halo.loss import LossScaling, check_scale_loss
 from lightning_halo.verification.compare import VerifyReport, compare_step
+from lightning_halo.verification.options import EXACT_VALUES, STRATEGY_OPTIONS, Treatment, exact_notes, shown_options
 from lightning_halo.verification.recorder import StepRecorder, no_dropout, trainer_options
 
 #: dtypes :func:`verify` can run in.
@@ -38,6 +38,29 @@ log = logging.getLogger(__name__)
 
 class VerifyError(RuntimeError):
     """:func:`~lightning_halo.verify` could not run the comparison (the one-process run failed, a timeout)."""
+
+
+class VerifyTimeout(VerifyError, TimeoutError):
+    """A run of :func:`~lightning_halo.verify` did not finish within its ``timeout``."""
+
+
+class RankTraceback(Exception):
+    """The traceback of an error in a rank of the check (a forked process): the cause of the error raised here."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
+
+
+@dataclass(frozen=True)
+class RankError:
+    """Why a run of the check stopped: the first failing rank's exception, one line, and its traceback."""
+
+    message: str
+    traceback: str = ""
 
 
 def check_devices(devices: int) -> int:
@@ -55,13 +78,51 @@ def check_dtype(dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What both runs share: the strategy's options that change the result, and the limits."""
+    """What both runs share: their strategy's options that change the result (:mod:`~lightning_halo.verification.options`),
+    the time limit and the seed."""
 
-    scale_loss: LossScaling
-    aggregation: str
-    find_unused_parameters: bool
+    strategy: dict[str, Any]
     timeout: float
     seed: int
+
+
+def run_options(strategy: Optional[pl.strategies.Strategy], timeout: float, seed: int) -> RunOptions:
+    """The options of both runs: ``strategy``'s carried ones (its defaults if None), the lossy ones exact.
+
+    Example:
+        >>> run_options(HaloQuantStrategy(halo_reduction="none"), 600.0, 0).strategy["halo_reduction"]
+        'none'
+    """
+    from lightning_halo.strategy import HaloQuantStrategy
+
+    if strategy is None:
+        strategy = HaloQuantStrategy()
+    if not isinstance(strategy, HaloQuantStrategy):
+        raise TypeError(
+            f"verify checks a HaloQuantStrategy (the strategy you train with, or None for its defaults), got "
+            f"{type(strategy).__name__}: train partitions with strategy=HaloQuantStrategy(...) (in a config: "
+            "trainer.strategy: lightning_halo.HaloQuantStrategy, or a name such as halo_exact)."
+        )
+    given = strategy.init_args
+    carried = {name: given[name] for name, (how, _) in STRATEGY_OPTIONS.items() if how is Treatment.CARRIED}
+    return RunOptions({**carried, **EXACT_VALUES}, float(timeout), int(seed))
+
+
+def rank_strategy(opts: RunOptions) -> pl.strategies.Strategy:
+    """The strategy of a rank of the check: ``opts.strategy``, on forked CPU processes bounded by ``opts.timeout``.
+
+    Example:
+        >>> rank_strategy(run_options(None, 600.0, 0)).bits
+        32
+    """
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    from lightning_halo.strategy import HaloQuantStrategy
+
+    return HaloQuantStrategy(
+        **opts.strategy, halo_timeout=opts.timeout, timeout=timedelta(seconds=opts.timeout),
+        cluster_environment=LightningEnvironment(), num_threads=1,
+    )  # fmt: skip
 
 
 def _free_port() -> int:
@@ -80,10 +141,7 @@ def _quiet() -> None:
 def _rank_main(model: pl.LightningModule, datamodule: pl.LightningDataModule, rank: int, world_size: int, port: int,
                out: Path, dtype: torch.dtype, opts: RunOptions) -> None:  # fmt: skip
     """One rank of a run (a forked process): train one step with a :class:`StepRecorder`, or write why not."""
-    from lightning.fabric.plugins.environments import LightningEnvironment
-
     from lightning_halo.data import HaloDataModule
-    from lightning_halo.strategy import HaloQuantStrategy
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world_size), RANK=str(rank),
@@ -96,15 +154,10 @@ def _rank_main(model: pl.LightningModule, datamodule: pl.LightningDataModule, ra
     try:
         if isinstance(datamodule, HaloDataModule):
             datamodule.num_parts = None  # this forked copy's: its parts follow each run's process count
-        strategy = HaloQuantStrategy(
-            bits=32, scale_loss=opts.scale_loss, aggregation=opts.aggregation,  # type: ignore[arg-type]
-            find_unused_parameters=opts.find_unused_parameters, halo_timeout=opts.timeout,
-            timeout=timedelta(seconds=opts.timeout), cluster_environment=LightningEnvironment(), num_threads=1,
-        )  # fmt: skip
         trainer = pl.Trainer(
-            accelerator="cpu", devices=world_size, num_nodes=1, strategy=strategy,
+            accelerator="cpu", devices=world_size, num_nodes=1, strategy=rank_strategy(opts),
             precision="64-true" if dtype == torch.float64 else "32-true",
-            callbacks=[StepRecorder(out / f"rank{rank}.pt", opts.scale_loss, dtype)], **trainer_options(out),
+            callbacks=[StepRecorder(out / f"rank{rank}.pt", dtype)], **trainer_options(out),
         )  # fmt: skip
         torch.manual_seed(opts.seed)
         with no_dropout():
@@ -130,7 +183,7 @@ def _wait(procs: list[Any], timeout: float, what: str) -> None:
             for p in procs:
                 p.join(5.0)
             if failed_at is None:
-                raise VerifyError(f"{what} did not finish within {timeout:g} s (raise timeout= if the graph is large)")
+                raise VerifyTimeout(f"{what} did not finish within {timeout:g} s (raise timeout= if the graph is large)")
             return
         time.sleep(0.05)
     for p in procs:
@@ -138,8 +191,8 @@ def _wait(procs: list[Any], timeout: float, what: str) -> None:
 
 
 def run_step(model: pl.LightningModule, datamodule: pl.LightningDataModule, world_size: int, dtype: torch.dtype,
-             opts: RunOptions) -> tuple[list[dict[str, Any]], Optional[str]]:  # fmt: skip
-    """One training step on ``world_size`` forked processes: their records, or the first failure's message."""
+             opts: RunOptions) -> tuple[list[dict[str, Any]], Optional[RankError]]:  # fmt: skip
+    """One training step on ``world_size`` forked processes: their records, or the first failure."""
     if "fork" not in multiprocessing.get_all_start_methods():
         raise VerifyError("verify forks its ranks from this process, and this platform cannot fork; run it on Linux or macOS.")
     ctx = multiprocessing.get_context("fork")
@@ -156,11 +209,12 @@ def run_step(model: pl.LightningModule, datamodule: pl.LightningDataModule, worl
         if errors:
             for tb in sorted(out.glob("rank*.tb")):
                 log.debug("%s:\n%s", tb.name, tb.read_text())
-            return [], f"{errors[0].stem}: {errors[0].read_text()}"
+            first = errors[0]
+            return [], RankError(f"{first.stem}: {first.read_text()}", first.with_suffix(".tb").read_text())
         missing = [r for r in range(world_size) if not (out / f"rank{r}.pt").is_file()]
         if missing:
             codes = [p.exitcode for p in procs]
-            return [], f"rank(s) {missing} stopped without a record (exit codes {codes})"
+            return [], RankError(f"rank(s) {missing} stopped without a record (exit codes {codes})")
         return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world_size)], None
 
 
@@ -168,12 +222,16 @@ def _reference(model: pl.LightningModule, datamodule: pl.LightningDataModule, dt
                opts: RunOptions) -> tuple[dict[str, Any], torch.dtype, list[str]]:  # fmt: skip
     """The one-process record, in float64 if the model runs in it (unless ``dtype`` says which)."""
     notes: list[str] = []
+    error: Optional[RankError] = None
     for candidate in (dtype,) if dtype is not None else DTYPES:
         recs, error = run_step(model, datamodule, 1, candidate, opts)
         if error is None:
             return recs[0], candidate, notes
-        notes.append(f"one process in {str(candidate).replace('torch.', '')} failed: {error}")
-    raise VerifyError("the model does not train one step on one process, so there is nothing to compare with:\n  " + "\n  ".join(notes))
+        notes.append(f"one process in {str(candidate).replace('torch.', '')} failed: {error.message}")
+    cause = RankTraceback(error.traceback) if error is not None and error.traceback else None
+    raise VerifyError(
+        "the model does not train one step on one process, so there is nothing to compare with:\n  " + "\n  ".join(notes)
+    ) from cause
 
 
 def verify(
@@ -181,9 +239,7 @@ def verify(
     datamodule: pl.LightningDataModule,
     devices: int = 2,
     *,
-    scale_loss: Union[bool, LossScaling] = "train_mean",
-    aggregation: str = "auto",
-    find_unused_parameters: bool = False,
+    strategy: Optional[pl.strategies.Strategy] = None,
     dtype: Optional[torch.dtype] = None,
     rtol: Optional[float] = None,
     atol: Optional[float] = None,
@@ -193,7 +249,8 @@ def verify(
     r"""Check that ``model`` trains on ``devices`` partitions exactly as on one process.
 
     The hooked layers are exact by construction; the code around them is yours. This runs one
-    training step of ``model`` on ``datamodule`` twice, on the CPU with ``bits=32``: on one
+    training step of ``model`` on ``datamodule`` twice, on the CPU with the options of
+    ``strategy`` (the one you train with) at ``bits=32``: on one
     process (the whole graph) and on ``devices`` processes (one partition each), and compares
     the loss, the gradient of every parameter and the output of every module call, row by row
     in global node order. The first module whose output differs is named, and whether its
@@ -211,10 +268,13 @@ def verify(
         datamodule (LightningDataModule): a :class:`~lightning_halo.HaloDataModule` of the whole
             graph (not a partition directory: the one-process run needs the graph).
         devices (int, optional): processes to compare with one (at least 2). (default: ``2``)
-        scale_loss (str, optional): as for :class:`~lightning_halo.HaloQuantStrategy`.
-            (default: ``"train_mean"``)
-        aggregation (str, optional): as for ``HaloQuantStrategy``. (default: ``"auto"``)
-        find_unused_parameters (bool, optional): as for ``HaloQuantStrategy``. (default: ``False``)
+        strategy (HaloQuantStrategy, optional): the strategy you train with. Every option that
+            changes what an exact step computes (``scale_loss``, ``aggregation``,
+            ``halo_reduction``, the DDP options, ...) is used by both runs; the lossy ones
+            (``bits``, a ``ddp_comm_hook``) are checked at their exact values and the report
+            says so; the others say how to run and do not apply to the check's forked CPU
+            processes (:data:`~lightning_halo.verification.options.STRATEGY_OPTIONS`).
+            (default: ``None``, ``HaloQuantStrategy()``'s options)
         dtype (torch.dtype, optional): ``torch.float64`` or ``torch.float32``. (default: float64
             if the model runs in it, else float32)
         rtol (float, optional): relative tolerance. (default: ``1e-7`` in float64, ``1e-4`` in float32)
@@ -228,7 +288,9 @@ def verify(
         A :class:`~lightning_halo.verification.VerifyReport`: true when exact; ``print`` it.
 
     Raises:
-        VerifyError: if the one-process run fails (nothing to compare with) or a run times out.
+        VerifyError: if the one-process run fails (nothing to compare with; the rank's traceback
+            is its cause) or a run times out (:class:`VerifyTimeout`, also a ``TimeoutError``).
+        TypeError: if ``strategy`` is not a :class:`~lightning_halo.HaloQuantStrategy`.
 
     Example:
         >>> report = lightning_halo.verify(MyGNN(), HaloDataModule("cora"), devices=2)  # doctest: +SKIP
@@ -245,12 +307,14 @@ def verify(
             "verify compares with one process on the whole graph, but this HaloDataModule reads a partition "
             "directory (each rank's part only). Build it from the graph instead: HaloDataModule(<the graph or its file>)."
         )
-    opts = RunOptions(check_scale_loss(scale_loss), aggregation, bool(find_unused_parameters), float(timeout), int(seed))
+    opts = run_options(strategy, timeout, seed)
     ref, used, notes = _reference(model, datamodule, dtype, opts)
     recs, error = run_step(model, datamodule, devices, used, opts)
     if error is not None:
-        report = VerifyReport(devices=devices, dtype=used, ok=False, error=error)
+        report = VerifyReport(devices=devices, dtype=used, ok=False, error=error.message)
     else:
         report = compare_step(ref, recs, rtol=rtol, atol=atol)
-    report.notes += notes + ["dropout was off in both runs (its masks are drawn per row)"]
+    report.strategy = shown_options(ref["strategy"])  # as the one-process rank built it
+    report.notes += notes + exact_notes(strategy.init_args if strategy is not None else {})
+    report.notes.append("dropout was off in both runs (its masks are drawn per row)")
     return report

@@ -10,7 +10,7 @@ import torch
 
 from lightning_halo.data import load_bundled
 
-from tests.test_cli import shared_datasets
+from tests.support.cli import shared_datasets
 
 _SHARED = shared_datasets()
 SHARED = (_SHARED / "Cora") if _SHARED is not None else Path("/nonexistent")

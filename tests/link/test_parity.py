@@ -11,7 +11,7 @@ import pytest
 from lightning_halo.data.datasets import load_bundled
 from lightning_halo.link import link_split
 from tests.support.link import SPLIT, reference, run_link_workers
-from tests.test_cli import shared_datasets
+from tests.support.cli import shared_datasets
 
 EPOCHS = 5
 #: Relative error bound of the parameters: ||difference|| / ||reference|| per tensor (and, in float64,

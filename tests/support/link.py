@@ -27,7 +27,7 @@ def link_graph(name: str) -> Data:
         data = load_bundled("cora")
     elif base == "actor":
         from lightning_halo.data.sources import load_graph
-        from tests.test_cli import shared_datasets
+        from tests.support.cli import shared_datasets
 
         root = shared_datasets()
         assert root is not None, "../shared/datasets is not on this machine"

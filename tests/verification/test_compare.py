@@ -52,3 +52,23 @@ def test_loss_gradients_and_call_counts() -> None:
     ranks[1]["calls"] = []  # one rank did not call it
     report = compare_step(ref, ranks)
     assert not report.ok and report.first_difference.name == "a"
+
+
+def test_a_step_without_a_loss_is_not_compared_and_not_ok() -> None:
+    """training_step returned None (or a dict without 'loss') on one side: the loss cannot be compared, so the
+    report cannot say exact, even where every module output and gradient matched."""
+    calls = lambda ids: [call("a", 1, 2, [X[ids]], [X[ids]])]  # noqa: E731
+    ref = record(torch.arange(6), calls(torch.arange(6)), loss=2.0)
+    ranks = [record(ids, calls(ids), loss=1.0 + r * 2.0) for r, ids in enumerate(N_ID)]
+    assert compare_step(ref, ranks).ok
+    for missing in (ref, ranks[1]):
+        del missing["scaled_loss"]
+        report = compare_step(ref, ranks)
+        assert not report.ok and report.loss is None and report.first_difference is None and not report.grads_differ
+        text = str(report)
+        assert text.startswith("lightning-halo verify: NOT verified: one training step on 2 processes")
+        where = "one process" if missing is ref else "rank 1"
+        assert f"not compared: the loss: training_step returned no loss on {where}" in text, text
+        assert "every module's output matched" not in text, "no difference was found: none is explained"
+        missing["scaled_loss"] = 2.0 if missing is ref else 3.0
+    assert compare_step(ref, ranks).ok

@@ -10,8 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_halo import HaloDataModule, verify
+from lightning.pytorch.strategies import DDPStrategy
+
+from lightning_halo import HaloDataModule, HaloQuantStrategy, verify
 from lightning_halo.verification import VerifyError
+from lightning_halo.verification.run import RankTraceback
 from tests.support.graphs import awkward_graph
 from tests.support.verify_models import VerifyGCN
 
@@ -91,9 +94,14 @@ def test_a_call_refused_on_partitions_is_reported(tmp_path) -> None:
     assert f"the 2-process run stopped: {report.error}" in str(report)
 
 
-def test_float32_on_request_with_its_tolerances(tmp_path) -> None:
-    report = _run("plain", 2, tmp_path, dtype=torch.float32)
+def test_float32_on_request_with_its_tolerances_and_the_user_s_strategy(tmp_path) -> None:
+    """The strategy's options reach both runs (as the ranks built it, in the report); its 1 bit is checked exact."""
+    strategy = HaloQuantStrategy(bits=1, aggregation="edge_index", halo_reduction="none", scale_loss="train_mean")
+    report = _run("plain", 2, tmp_path, dtype=torch.float32, strategy=strategy)
     assert report.ok and report.dtype == torch.float32, str(report)
+    assert report.strategy == "HaloQuantStrategy(bits=32, aggregation='edge_index', halo_reduction='none')"
+    assert f"  strategy: {report.strategy}" in str(report)
+    assert any(note.startswith("the strategy's bits=1 is not what is checked") for note in report.notes), report.notes
     assert _run("pool", 2, tmp_path, dtype=torch.float32).first_difference.name == "conv2"
 
 
@@ -105,17 +113,20 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path) -> None:
             verify(model, dm, devices=devices)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="float64"):
         verify(model, dm, dtype=torch.float16)
-    with pytest.raises(ValueError, match="scale_loss"):
-        verify(model, dm, scale_loss="mean")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="verify checks a HaloQuantStrategy"):
+        verify(model, dm, strategy=DDPStrategy())
     parts = tmp_path / "parts"
-    from lightning_halo.cli_partition import main as partition
+    from lightning_halo.data.offline import partition_to_dir
 
-    assert partition(["cora", "--parts", "2", "--out", str(parts)]) in (0, None)
+    partition_to_dir("cora", parts, 2)
     with pytest.raises(ValueError, match="reads a partition directory"):
         verify(model, HaloDataModule(str(parts)))
 
 
 def test_a_model_that_fails_on_one_process_is_an_error(tmp_path) -> None:
     dm = HaloDataModule("cora", cache_dir=str(tmp_path / "cache"))
-    with pytest.raises(VerifyError, match="does not train one step on one process"):
+    with pytest.raises(VerifyError, match="does not train one step on one process") as err:
         verify(VerifyGCN(in_channels=5), dm)  # wrong input size: fails in float64 and in float32
+    cause = err.value.__cause__
+    assert isinstance(cause, RankTraceback), "the rank's traceback comes with the error"
+    assert cause.text.startswith("Traceback (most recent call last):") and "verify_models.py" in cause.text, cause.text

@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any, Optional
 
+from lightning_halo.cli.status import CommandError, ExitStatus, input_errors_are_command_errors
 from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.options import BALANCES, PARTITIONERS
 from lightning_halo.quant.format import SUPPORTED_BITS as BITS
@@ -51,9 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> ExitStatus:
+    """Entry point of ``lightning-halo partition ...`` (``argv``: ``partition`` first).
+
+    Example:
+        $ lightning-halo partition cora --parts 4 --out parts/cora-4
+    """
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv[1:])
     graph = args.graph or args.data
     if graph is None:
         parser.error("give the graph: lightning-halo partition GRAPH --parts P [--out DIR]")
@@ -63,36 +69,41 @@ def main(argv: list[str]) -> int:
         try:
             manifest = read_manifest(graph)
         except PartitionFileError as err:
-            parser.exit(2, f"lightning-halo partition: error: {err}\n")
+            raise CommandError(f"{type(err).__name__}: {err}") from err
         problem = partition_dir_errors(graph, manifest, args.parts, args.out)
         if problem:
-            parser.exit(2, f"lightning-halo partition: error: {problem}\n")
+            raise CommandError(problem)
         print_report(manifest, str(graph), args, place="partition directory")
-        return 0
+        return ExitStatus.OK
     if args.parts is None:
         parser.error("--parts is required to partition a graph: the number of training processes")
-    options = dict(partitioner=args.partitioner, balance=args.balance, seed=args.seed)
-    try:
-        if args.out is not None:
-            from lightning_halo.data.offline import partition_to_dir
-
-            manifest = partition_to_dir(graph, args.out, args.parts, overwrite=args.overwrite, threads=args.threads, **options)
-            where = args.out
-        else:
-            if args.threads != 1:
-                parser.error(
-                    "--threads applies to --out only: the partition cache is written on every node, and KaMinPar with "
-                    "several threads may give each node a different partition"
-                )
-            from lightning_halo.data import HaloDataModule
-
-            dm = HaloDataModule(graph, num_parts=args.parts, cache_dir=args.cache_dir, **options)  # type: ignore[arg-type]
-            manifest = dm.build(args.parts)
-            where = str(dm.cache_for(args.parts).dir)
-    except (ValueError, FileExistsError, RuntimeError) as err:
-        parser.exit(2, f"lightning-halo partition: error: {err}\n")
+    if args.out is None and args.threads != 1:
+        parser.error(
+            "--threads applies to --out only: the partition cache is written on every node, and KaMinPar with "
+            "several threads may give each node a different partition"
+        )
+    with input_errors_are_command_errors():
+        manifest, where = partition(graph, args)
     print_report(manifest, where, args)
-    return 0
+    return ExitStatus.OK
+
+
+def partition(graph: str, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """Partition ``graph`` as ``args`` say, into ``--out`` or the cache: ``(its manifest, where it is)``.
+
+    Example:
+        >>> manifest, where = partition("cora", _parser().parse_args(["cora", "--parts", "2"]))  # doctest: +SKIP
+    """
+    options = dict(partitioner=args.partitioner, balance=args.balance, seed=args.seed)
+    if args.out is not None:
+        from lightning_halo.data.offline import partition_to_dir
+
+        manifest = partition_to_dir(graph, args.out, args.parts, overwrite=args.overwrite, threads=args.threads, **options)
+        return manifest, args.out
+    from lightning_halo.data import HaloDataModule
+
+    dm = HaloDataModule(graph, num_parts=args.parts, cache_dir=args.cache_dir, **options)  # type: ignore[arg-type]
+    return dm.build(args.parts), str(dm.cache_for(args.parts).dir)
 
 
 def partition_dir_errors(directory: str, manifest: dict[str, Any], parts: int | None, out: str | None) -> str:

@@ -1,20 +1,15 @@
-"""The ``lightning-halo`` command: LightningCLI (fit/validate/test/predict) plus ``partition``, ``verify``, ``plan`` and ``link``.
+"""The LightningCLI side of ``lightning-halo``: :class:`HaloCLI` and what the fit/validate/test/predict verbs share.
 
-The verbs are dispatched before anything heavy is imported: ``lightning-halo --help`` imports
-Lightning (for the strategy registry) and nothing of PyG, the exchange or the quantizer;
-``partition`` imports only what partitioning needs.
+:mod:`lightning_halo.cli.fit` and :mod:`lightning_halo.cli.link` run :func:`run_cli` with their
+CLI class and data module; :mod:`lightning_halo.cli.verify` builds the model and the data module
+with :class:`HaloCLI` without running it.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import inspect
-import sys
-import traceback
 import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import BasePredictionWriter
@@ -23,18 +18,20 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_halo.callbacks.printer import EpochPrinter
+from lightning_halo.cli.status import CommandError, ExitStatus, library_error
 
 if TYPE_CHECKING:
     from lightning_halo.data import HaloDataModule
 
-PROG = "lightning-halo"
+__all__ = ["ARGS_AND_ARGV", "EVALUATING", "SHORT_NAMES", "UNTRAINED", "CommandError", "HaloCLI", "SaveConfigBesideLogs", "checkpoint_for",
+           "library_error", "num_classes", "num_features", "run_cli"]  # fmt: skip
+
 _SRUN_HINT = "The `srun` command is available on your system but is not used"
 _CALLBACK_STATE_HINTS = ("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
                          "The dirpath has changed from .* won't be reloaded")  # fmt: skip
-_PARTITION_HELP = "Partition a graph ahead of training and print its statistics and halo traffic per bit width."
-_VERIFY_HELP = "Check that the model trains on partitions exactly as on one process (one step, compared per module)."
-_PLAN_HELP = "Predict per-rank memory, halo bytes and epoch time for rank counts, bit widths and modes, before a run."
-_LINK_HELP = "Link prediction: 'link fit|validate|test|predict' with HaloLinkDataModule as the data (see docs)."
+#: LightningCLI's warning when it is given args while sys.argv has some: here the args are sys.argv's own rest
+#: (the verb first), which the ranks Lightning launches (re-running sys.argv) derive again.
+ARGS_AND_ARGV = "LightningCLI's args parameter is intended to run from within Python"
 #: Verbs that evaluate weights: without --ckpt_path they would use the model's random initial ones.
 EVALUATING = ("validate", "test", "predict")
 #: The --ckpt_path value that asks for the freshly initialised weights on purpose.
@@ -43,11 +40,26 @@ UNTRAINED = "untrained"
 #: jsonargparse resolves a short class name among the imported subclasses of the expected type.
 SHORT_NAMES = ("lightning_halo.models", "lightning_halo.strategy", "lightning_halo.callbacks.schedule",
                "lightning_halo.callbacks.predictions", "lightning_halo.callbacks.printer")  # fmt: skip
-_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-class CommandError(Exception):
-    """A mistake in the command line or the configuration: printed as one line, exit status 2."""
+def num_features(dm: HaloDataModule) -> int:
+    """The data module's feature count: the model's ``in_channels`` in a config.
+
+    Example:
+        >>> num_features(HaloDataModule("cora"))  # doctest: +SKIP
+        1433
+    """
+    return dm.num_features
+
+
+def num_classes(dm: HaloDataModule) -> int:
+    """The data module's class count: the model's ``out_channels`` in a config.
+
+    Example:
+        >>> num_classes(HaloDataModule("cora"))  # doctest: +SKIP
+        7
+    """
+    return dm.num_classes
 
 
 class HaloCLI(LightningCLI):
@@ -55,12 +67,19 @@ class HaloCLI(LightningCLI):
 
     ``data.num_features`` and ``data.num_classes`` are linked to the model's ``in_channels``
     and ``out_channels`` when it has them (the :mod:`lightning_halo.models` do), so a config
-    needs no dataset sizes.
+    needs no dataset sizes (:attr:`linked_sizes`). A library error while the configured classes
+    are built is a :class:`CommandError` (one line, exit status 2).
+
+    Example:
+        >>> cli = HaloCLI(datamodule_class=HaloDataModule, run=False, args=["--config", "gcn.yaml"])  # doctest: +SKIP
     """
 
+    #: The model's arguments filled from the data module when it has them, each with what reads it.
+    linked_sizes: dict[str, Callable[[Any], int]] = {"in_channels": num_features, "out_channels": num_classes}
+
     def add_arguments_to_parser(self, parser) -> None:  # type: ignore[no-untyped-def]
-        parser.link_arguments("data", "model.init_args.in_channels", compute_fn=_num_features, apply_on="instantiate")
-        parser.link_arguments("data", "model.init_args.out_channels", compute_fn=_num_classes, apply_on="instantiate")
+        for argument, size in self.linked_sizes.items():
+            parser.link_arguments("data", f"model.init_args.{argument}", compute_fn=size, apply_on="instantiate")
 
     @override
     def before_instantiate_classes(self) -> None:
@@ -118,25 +137,6 @@ def checkpoint_for(verb: str, ckpt_path: Optional[str]) -> Optional[str]:
     return ckpt_path
 
 
-def library_error(err: BaseException) -> Optional[BaseException]:
-    """The first exception in ``err``'s chain that lightning-halo raised on purpose, or None.
-
-    On purpose: raised in the package, of the kinds its checks raise (``ValueError``,
-    ``TypeError``, ``RuntimeError``, ``OSError`` and their subclasses). Anything else (an
-    ``AttributeError``, an ``AssertionError``, ...) would be a bug: its traceback stays.
-    """
-    seen: set[int] = set()
-    current: Optional[BaseException] = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        frames = traceback.extract_tb(current.__traceback__)
-        raised_here = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR)
-        if raised_here and isinstance(current, (ValueError, TypeError, RuntimeError, OSError)):
-            return current
-        current = current.__cause__ or current.__context__
-    return None
-
-
 class SaveConfigBesideLogs(SaveConfigCallback):
     """Saves the run's ``config.yaml`` into its logger's folder, next to metrics and checkpoints.
 
@@ -150,78 +150,15 @@ class SaveConfigBesideLogs(SaveConfigCallback):
             super().setup(trainer, pl_module, stage)
 
 
-def _num_features(dm: HaloDataModule) -> int:
-    return dm.num_features
+def run_cli(cli_class: type, datamodule_class: type, argv: list[str]) -> ExitStatus:
+    """Run ``cli_class`` (a :class:`HaloCLI`) with ``datamodule_class`` on ``argv`` (its verb first).
 
-
-def _num_classes(dm: HaloDataModule) -> int:
-    return dm.num_classes
-
-
-def _verbs() -> dict[str, str]:
-    """Each verb and its one-line help; LightningCLI's verbs are the Trainer methods of those names (as there)."""
-    verbs = {}
-    for name in LightningCLI.subcommands():
-        first_paragraph = " ".join((inspect.getdoc(getattr(pl.Trainer, name)) or "").split("\n\n")[0].split())
-        verbs[name] = first_paragraph.split(". ")[0].rstrip(".") + "."
-    verbs["partition"] = _PARTITION_HELP
-    verbs["verify"] = _VERIFY_HELP
-    verbs["plan"] = _PLAN_HELP
-    verbs["link"] = _LINK_HELP
-    return verbs
-
-
-def top_level_parser() -> argparse.ArgumentParser:
-    """The parser behind ``lightning-halo --help``: the verbs, without building LightningCLI's parsers."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Distributed full-graph GNN training with PyTorch Lightning and PyG.",
-        epilog=(
-            f"'{PROG} VERB --help' shows a verb's options. fit, validate, test and predict are LightningCLI "
-            "commands: --config file.yaml, --section.key value overrides, --print_config."
-        ),
-    )
-    sub = parser.add_subparsers(title="verbs", dest="verb", required=True)
-    for name, text in _verbs().items():
-        sub.add_parser(name, help=text, add_help=False)
-    return parser
-
-
-def main(args: Optional[list[str]] = None) -> Optional[int]:
-    """Entry point of the ``lightning-halo`` console script.
+    A mistake in the configuration found while its classes are built raises :class:`CommandError`.
 
     Example:
-        $ lightning-halo fit --config examples/configs/gcn.yaml --trainer.max_epochs 2
-        $ lightning-halo partition --data cora --num-parts 4 --hidden 256
+        >>> run_cli(HaloCLI, HaloDataModule, ["fit", "--config", "gcn.yaml"])  # doctest: +SKIP
+        <ExitStatus.OK: 0>
     """
-    argv = sys.argv[1:] if args is None else list(args)
-    if not argv or argv[0] in ("-h", "--help"):
-        top_level_parser().parse_args(argv)  # prints the help (exit 0) or the missing-verb error (exit 2)
-    if argv[0] == "partition":
-        from lightning_halo.cli_partition import main as partition_main
-
-        return partition_main(argv[1:])
-    if argv[0] == "plan":
-        from lightning_halo.cli_plan import main as plan_main
-
-        return plan_main(argv[1:])
-    if argv[0] == "link":
-        from lightning_halo.cli_link import main as link_main
-
-        return link_main(argv[1:])
-    if argv[0] == "verify":
-        from lightning_halo.cli_verify import main as verify_main
-
-        raise SystemExit(verify_main(argv[1:]))
-    from lightning_halo.data import HaloDataModule
-
-    # From the console script, LightningCLI reads sys.argv itself; args= is for calls from Python.
-    run_cli(HaloCLI, HaloDataModule, argv, None if args is None else argv)
-    return None
-
-
-def run_cli(cli_class: type, datamodule_class: type, argv: list[str], args: Optional[list[str]]) -> None:
-    """Run ``cli_class`` (a :class:`HaloCLI`) with ``datamodule_class``; ``argv`` names the verb in errors."""
     from lightning_halo.shutdown import release_process_groups
 
     for module in SHORT_NAMES:
@@ -232,19 +169,13 @@ def run_cli(cli_class: type, datamodule_class: type, argv: list[str], args: Opti
         "log_every_n_steps": 1,
         "callbacks": [EpochPrinter()],  # one line per epoch when the progress bar is off
     }
-    try:
-        cli_class(
-            datamodule_class=datamodule_class,
-            save_config_callback=SaveConfigBesideLogs,
-            save_config_kwargs={"overwrite": True},
-            trainer_defaults=trainer_defaults,
-            args=args,
-        )
-    except CommandError as err:
-        print(f"{PROG} {argv[0]}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    warnings.filterwarnings("ignore", message=ARGS_AND_ARGV)
+    cli_class(
+        datamodule_class=datamodule_class,
+        save_config_callback=SaveConfigBesideLogs,
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults=trainer_defaults,
+        args=argv,
+    )
     release_process_groups()  # before the interpreter exits: see lightning_halo.shutdown
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ExitStatus.OK

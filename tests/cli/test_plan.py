@@ -11,25 +11,12 @@ from tests.planner.conftest import RATES
 
 
 @pytest.fixture
-def plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
-    """``lightning-halo plan *args --calibration FILE`` in this process: (exit code, stdout, stderr)."""
-    from lightning_halo.cli import main
-
-    monkeypatch.setenv("LIGHTNING_HALO_CACHE", str(tmp_path / "cache"))
+def plan_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lightning_halo_cli):
+    """``lightning-halo plan *args --calibration FILE`` in this process: (exit status, stdout, stderr)."""
     monkeypatch.setenv("LIGHTNING_HALO_CALIBRATION", str(tmp_path / "never-measured.json"))
     rates = tmp_path / "rates.json"
     rates.write_text(json.dumps(RATES))
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main(["plan", *args, "--calibration", str(rates)]) or 0
-        except SystemExit as exit_:
-            code = exit_.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return lambda *args: lightning_halo_cli("plan", *args, "--calibration", str(rates))
 
 
 def test_plan_a_graph_as_json_and_as_tables(plan_cli) -> None:
@@ -62,7 +49,6 @@ def test_plan_a_partition_directory_and_counts(plan_cli, tmp_path: Path) -> None
     assert code == 2 and "--cut-ratio" in err
 
 
-def test_plan_is_a_verb() -> None:
-    from lightning_halo.cli import top_level_parser
-
-    assert "plan" in top_level_parser().format_help()
+def test_plan_is_a_verb(lightning_halo_cli) -> None:
+    code, out, _ = lightning_halo_cli("plan", "--help")
+    assert code == 0 and "usage: lightning-halo plan" in out

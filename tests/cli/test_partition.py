@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from torch_geometric.data import Data
 
 from lightning_halo.data import PartitionDirectory
 from tests.support.graphs import awkward_graph
-from tests.test_cli import ROOT, cli
+from tests.support.cli import ROOT, cli
 
 
 def test_partition_into_a_directory_and_read_it_back(tmp_path: Path, partition_cli) -> None:
@@ -76,3 +77,35 @@ def test_two_step_workflow_partition_then_fit(tmp_path: Path, partition_cli) -> 
     assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-3000:]
     assert (tmp_path / "ckpt" / "last.ckpt").is_file() and not (tmp_path / "cache").exists()
     assert f"2 parts, {parts})" in fit.stdout + fit.stderr, "the partition statistics name the directory"
+
+
+@pytest.mark.multiprocess
+def test_partition_command_predicts_the_bytes_of_a_real_run(tmp_path: Path, partition_cli) -> None:
+    code, stdout, stderr = partition_cli("--data", "cora", "--num-parts", "2", "--hidden", "32", "--layers", "3", "--json")
+    assert code == 0, stderr
+    predicted = json.loads(stdout.strip().splitlines()[-1])
+    fit = cli(
+        "fit", "--config", str(ROOT / "examples/configs/sage.yaml"), "--trainer.max_epochs", "3",
+        "--trainer.enable_progress_bar", "false", "--model.init_args.hidden_channels", "32",
+        "--model.init_args.num_layers", "3", "--trainer.strategy.init_args.bits", "2",
+        "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", str(tmp_path), tmp_path=tmp_path,
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stdout[-3000:] + fit.stderr[-3000:]
+    rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
+    fwd = [float(r["halo/fwd_bytes"]) for r in rows if r.get("halo/fwd_bytes")]
+    bwd = [float(r["halo/bwd_bytes"]) for r in rows if r.get("halo/bwd_bytes")]
+    assert len(fwd) == 3 and len(bwd) == 3
+    # the zoo's SAGE (mean) takes halo partial sums (the default): the table's "partial sums" columns
+    expect = predicted["traffic_cover"]["2"]
+    assert expect["fwd_per_epoch"] < predicted["traffic"]["2"]["fwd_per_epoch"]
+    assert fwd == [expect["fwd_per_epoch"]] * 3
+    assert bwd == [expect["bwd_per_epoch"]] * 3
+
+
+def test_partition_command_prints_tables(tmp_path: Path) -> None:
+    result = cli("partition", "--data", "cora", "--num-parts", "3", "--hidden", "256", tmp_path=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "edge cut" in out and "halo traffic per training epoch" in out
+    for bits in ("1", "2", "4", "8", "16", "32"):
+        assert any(line.split()[:1] == [bits] for line in out.splitlines())

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from lightning_halo.cli.status import ExitStatus, input_errors_are_command_errors
 from lightning_halo.exchange.policy import MODES
 from lightning_halo.layers.reduction import HALO_REDUCTIONS
 from lightning_halo.partition.options import PARTITIONERS
@@ -82,32 +83,27 @@ def _counts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[s
             "num_features": int(given["features"]), "num_classes": int(given["classes"])}  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> ExitStatus:
+    """Entry point of ``lightning-halo plan ...`` (``argv``: ``plan`` first).
+
+    Example:
+        $ lightning-halo plan cora --ranks 2 4 --bits 32 1
+    """
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv[1:])
     counts = _counts(args, parser)
     from lightning_halo.planner.calibrate import load_rates, read_rates
     from lightning_halo.planner.plan import plan
     from lightning_halo.planner.report import report
 
-    try:  # partitioning and calibrating report on stdout: keep it for the plan (and --json parseable)
-        with contextlib.redirect_stdout(sys.stderr):
-            rates = (
-                read_rates(args.calibration)
-                if args.calibration
-                else load_rates(args.threads, recalibrate=args.recalibrate)
-            )
-            result = plan(
-                args.graph, args.ranks, args.model, args.hidden, args.layers, args.bits, args.modes, args.bandwidth,
-                args.latency, partitioner=args.partitioner, halo_reduction=args.halo_reduction, duplex=args.duplex,
-                refresh_every=args.refresh_every, memory=None if args.memory is None else int(args.memory),
-                counts=counts, cut_ratio=args.cut_ratio, rates=rates, threads=args.threads, cache_dir=args.cache_dir,
-            )  # fmt: skip
-    except (ValueError, OSError, RuntimeError) as err:
-        parser.exit(2, f"lightning-halo plan: error: {err}\n")
+    # partitioning and calibrating report on stdout: keep it for the plan (and --json parseable)
+    with input_errors_are_command_errors(), contextlib.redirect_stdout(sys.stderr):
+        rates = read_rates(args.calibration) if args.calibration else load_rates(args.threads, recalibrate=args.recalibrate)
+        result = plan(
+            args.graph, args.ranks, args.model, args.hidden, args.layers, args.bits, args.modes, args.bandwidth,
+            args.latency, partitioner=args.partitioner, halo_reduction=args.halo_reduction, duplex=args.duplex,
+            refresh_every=args.refresh_every, memory=None if args.memory is None else int(args.memory),
+            counts=counts, cut_ratio=args.cut_ratio, rates=rates, threads=args.threads, cache_dir=args.cache_dir,
+        )  # fmt: skip
     print(json.dumps(result) if args.json else report(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return ExitStatus.OK
