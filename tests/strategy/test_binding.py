@@ -55,7 +55,7 @@ def test_every_newly_bound_partition_is_checked_with_the_peers(monkeypatch: pyte
 
 def _fit(strategy: HaloQuantStrategy, dm: HaloLinkDataModule) -> float:
     torch.manual_seed(0)
-    model = LinkPredictor(dm.num_features, hidden_channels=8, out_channels=8)
+    model = LinkPredictor(dm.num_features, hidden_channels=8, out_channels=8).double()
     trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=1, max_epochs=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         num_sanity_val_steps=0, limit_val_batches=0)  # fmt: skip
@@ -67,13 +67,14 @@ def test_teardown_releases_the_partition_and_a_second_fit_runs(tmp_path) -> None
     """World-size-1 link fits (gather_rows in every step): teardown unbinds; a second fit in the same process, on
     another split, runs; once the runs' objects are gone their partitions are freed (nothing global holds one)."""
     strategy = HaloQuantStrategy(bits=32, scale_loss="share")
-    dm = HaloLinkDataModule("cora", seed=0, cache_dir=str(tmp_path))
+    dm = HaloLinkDataModule(awkward_graph(1), seed=0, cache_dir=str(tmp_path))
     first = _fit(strategy, dm)
     assert not strategy.exchanger.bound and strategy.exchanger.part is None, "teardown unbinds the partition"
-    other = HaloLinkDataModule("cora", seed=1, cache_dir=str(tmp_path))
+    other = HaloLinkDataModule(awkward_graph(1), seed=1, cache_dir=str(tmp_path))
     second = _fit(HaloQuantStrategy(bits=32, scale_loss="share"), other)  # Lightning does not reuse a strategy
     assert torch.isfinite(torch.tensor([first, second])).all() and first != second
-    released = [weakref.ref(d.partition) for d in (dm, other)]
+    # the partitions and their features (which every stage's batch object shares)
+    released = [weakref.ref(obj) for d in (dm, other) for obj in (d.partition, d.partition.x)]
     del dm, other, strategy  # the Trainers and models went with _fit (the strategies hold the last ones)
     gc.collect()
     held = [[type(r).__name__ for r in gc.get_referrers(ref())] for ref in released if ref() is not None]
