@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any, Callable, Literal, Optional, Union
 
 import torch
@@ -158,7 +159,7 @@ class HaloLinkDataModule(HaloDataModule):
         if not isinstance(data, (Data, str, os.PathLike)):
             load_graph(data)  # raises the explanation
         super().__init__(
-            data=_StageGraph(lambda: message_passing_graph(self._node_graph(), self.split.edge_index)),
+            data=_StageGraph(partial(self._stage_graph, "train")),  # a bound method: the data module pickles
             num_parts=num_parts, partitioner=partitioner, balance=balance, seed=seed, cache_dir=cache_dir,
         )  # fmt: skip
         self.neg_ratio = float(neg_ratio)
@@ -185,8 +186,10 @@ class HaloLinkDataModule(HaloDataModule):
         self._split, self._nodes, self._given = split, nodes, None
         return split, nodes
 
-    def _node_graph(self) -> Data:
-        return self._built()[1]
+    def _stage_graph(self, stage: Stage) -> Data:
+        """The graph ``stage`` passes messages on: training's edges, or for ``"test"`` training's and validation's."""
+        split, nodes = self._built()
+        return message_passing_graph(nodes, split.test_edge_index if stage == "test" else split.edge_index)
 
     @property
     def split(self) -> LinkSplit:
@@ -197,7 +200,8 @@ class HaloLinkDataModule(HaloDataModule):
     def sampler(self) -> NegativeSampler:
         """Draws each epoch's training negatives from the whole graph (built at first use)."""
         if self._sampler is None:
-            self._sampler = NegativeSampler(self.split.edge_index, int(self._node_graph().num_nodes), self.seed)
+            split, nodes = self._built()
+            self._sampler = NegativeSampler(split.edge_index, int(nodes.num_nodes), self.seed)
         return self._sampler
 
     @property
@@ -205,7 +209,7 @@ class HaloLinkDataModule(HaloDataModule):
         """The test stage's partitioning (training + validation edges), if it differs from training's."""
         if self._test_data is None and self.test_with_val_edges and self.split.val_pos.size(1):
             self._test_data = HaloDataModule(
-                data=_StageGraph(lambda: message_passing_graph(self._node_graph(), self.split.test_edge_index)),
+                data=_StageGraph(partial(self._stage_graph, "test")),
                 num_parts=self.num_parts, partitioner=self.partitioner, balance=self.balance, seed=self.seed,
                 cache_dir=str(self.cache_dir),
             )  # fmt: skip

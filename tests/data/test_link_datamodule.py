@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import lightning as L
 import pytest
 import torch
@@ -136,6 +138,8 @@ def test_nothing_heavy_happens_in_init(tmp_path, monkeypatch) -> None:
     dm = HaloLinkDataModule("cora", cache_dir=str(tmp_path), seed=4, partitioner="random", balance="edges")
     HaloLinkDataModule(load_bundled("cora"), cache_dir=str(tmp_path))
     assert calls == [], f"__init__ ran {calls}"
+    assert pickle.loads(pickle.dumps(dm)).split.val_pos.size(1) == 527, "picklable (spawn), the split made after"
+    calls.clear()
     assert dm.split.val_pos.size(1) == 527 and dm.num_features == 1433
     assert calls == ["load_graph", "validate_graph", "link_split"], "the split needs the graph, once"
     dm.negatives(0), dm.negatives(1)
