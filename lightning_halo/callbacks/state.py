@@ -88,12 +88,14 @@ class HaloStateCallback(Callback):
         return {"world_size": self._world, "ranks": states}
 
     @override
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         states = checkpoint.get("callbacks") or {}
         if STATE_KEY not in states or trainer.state.fn != TrainerFn.FITTING:
             return  # not a halo run's checkpoint (nothing to continue), or nothing is trained
         saved = states.get(SCHEDULE_KEY)
-        schedule = next((cb for cb in trainer.callbacks if isinstance(cb, HaloSchedule)), None)  # type: ignore[attr-defined]
+        schedule = next((cb for cb in trainer.callbacks if isinstance(cb, HaloSchedule)), None)
         if saved is not None and schedule is not None:
             return  # the schedule checks itself (HaloSchedule.load_state_dict)
         if schedule is None or not schedule.allow_resume_change:

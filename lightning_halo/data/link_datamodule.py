@@ -165,7 +165,9 @@ class HaloLinkDataModule(HaloDataModule):
         self.neg_ratio = float(neg_ratio)
         self.test_with_val_edges = test_with_val_edges
         self._given: Optional[Union[str, os.PathLike, Data]] = data
-        self._split_options = dict(num_val=num_val, num_test=num_test, neg_ratio=neg_ratio, seed=seed, undirected=undirected)
+        self._split_options = dict(
+            num_val=num_val, num_test=num_test, neg_ratio=neg_ratio, seed=seed, undirected=undirected
+        )
         self._nodes: Optional[Data] = None  # the graph's node attributes (no edges), once split
         self._split: Optional[LinkSplit] = None
         self._sampler: Optional[NegativeSampler] = None

@@ -137,8 +137,8 @@ class HaloPartition(Data):
     ``n_id`` ``[n_inner]`` (derived from ``global_id``, not stored, but seen by ``"n_id" in batch``,
     ``batch.keys()``, ``batch.get`` and ``batch["n_id"]`` like a stored attribute; see
     :data:`DERIVED_FROM`): the global id of every row of ``x``, with the meaning of
-    :class:`~torch_geometric.loader.NeighborLoader`'s ``batch.n_id``. So a per-node parameter looked up as ``self.emb(batch.n_id)`` reads each
-    node's own row on every rank (on one process ``n_id`` is ``arange(N)``), and the result
+    :class:`~torch_geometric.loader.NeighborLoader`'s ``batch.n_id``. So a per-node parameter
+    looked up as ``self.emb(batch.n_id)`` reads each node's own row on every rank (on one process ``n_id`` is ``arange(N)``), and the result
     equals single-process training. A lookup by position (``emb(torch.arange(x.size(0)))``,
     ``emb.weight[:n]``) reads other nodes' rows on a partition.
 
@@ -235,8 +235,8 @@ class HaloPartition(Data):
         """
         for key in STRUCTURE_KEYS:
             mine, theirs = self.get(key), other.get(key)
-            same = mine is theirs or (not isinstance(mine, Tensor) and not isinstance(theirs, Tensor) and mine == theirs)
-            if not same:
+            numbers = not isinstance(mine, Tensor) and not isinstance(theirs, Tensor)
+            if not (mine is theirs or (numbers and mine == theirs)):
                 return False
         return True
 

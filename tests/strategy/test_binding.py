@@ -30,12 +30,13 @@ def test_every_newly_bound_partition_is_checked_with_the_peers(monkeypatch: pyte
     data = awkward_graph(2)
     a, b = (build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 2, partitioner=m), 2)
             for m in ("metis", "random"))  # fmt: skip
-    peer = {ExchangePlan.from_partition(p[0]).signature(): ExchangePlan.from_partition(p[1]).signature() for p in (a, b)}
+    sig_a, sig_b = (ExchangePlan.from_partition(p[0]).signature() for p in (a, b))
+    peer = {sig: ExchangePlan.from_partition(p[1]).signature() for sig, p in ((sig_a, a), (sig_b, b))}
     checked: list[tuple] = []
 
     def all_gather_object(out: list, obj: tuple, group=None) -> None:
         checked.append(obj)
-        out[0], out[1] = obj, peer.get(obj, peer[ExchangePlan.from_partition(a[0]).signature()])
+        out[0], out[1] = obj, peer.get(obj, peer[sig_a])  # an unknown plan meets a's peer: a mismatch
 
     monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
     env = LightningEnvironment()
@@ -45,7 +46,6 @@ def test_every_newly_bound_partition_is_checked_with_the_peers(monkeypatch: pyte
     views = [a[0].with_attrs(edge_label=torch.ones(k)) for k in (1, 2)]  # other stages' batches of a[0]
     for batch in (a[0], a[0], views[0], b[0], a[0], views[1]):
         strategy._begin((batch,), {}, training=False)  # what every step does first
-    sig_a, sig_b = (ExchangePlan.from_partition(p[0]).signature() for p in (a, b))
     assert checked == [sig_a, sig_b, sig_a], "each newly bound partition once: a[0], b[0], a[0] again; views never"
     mismatched = copy.deepcopy(b[0])
     mismatched.send_counts = mismatched.send_counts + torch.tensor([0, 1])  # a different plan than the peer expects
