@@ -253,7 +253,6 @@ class HaloQuantStrategy(DDPStrategy):
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
         self._norm_hooks: list[BatchNormHook] = []
-        self._plans_checked: set[int] = set()
         self._reported: dict[str, str] = {}
 
     @property
@@ -431,10 +430,10 @@ class HaloQuantStrategy(DDPStrategy):
     def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition:
         batch = check_batch(args[0] if args else kwargs.get("batch"), self.global_rank, self.world_size)
         use_exchanger(self.exchanger)  # lightning_halo.gather_rows in the step runs on it
-        if self.exchanger.bind(batch):
+        if self.exchanger.bind(batch):  # another partition (not another stage's view of the bound one)
             self._layers.bind(batch)
             if self.exchanger.active:
-                self._check_plans(batch)
+                self._check_plans()
         if training and self.root_device.type == "cpu":
             # glibc keeps the last step's freed activations in its heap (its mmap threshold grows
             # after large frees): returning them before the step lowers the step's peak and the
@@ -450,15 +449,13 @@ class HaloQuantStrategy(DDPStrategy):
         )  # fmt: skip
         return batch
 
-    def _check_plans(self, part: HaloPartition) -> None:
-        """Cheap collective at the first step: every peer must expect exactly the rows we send."""
-        key = id(part)
-        if key in self._plans_checked:
-            return
+    def _check_plans(self) -> None:
+        """Cheap collective at the first step on a newly bound partition: every peer must expect exactly the
+        rows we send. Run at every such bind (the exchanger says which are new), so nothing is remembered
+        by object identity."""
         sigs: list[Any] = [None] * self.world_size
         dist.all_gather_object(sigs, self.exchanger.plan().signature(), group=self._halo_group)
         check_signatures(sigs, self.global_rank)
-        self._plans_checked.add(key)
 
     def _report_layers(self) -> None:
         """Say once, on rank 0, how each layer runs (fused or edge_index, and why)."""
@@ -534,6 +531,8 @@ class HaloQuantStrategy(DDPStrategy):
             log.warning("lightning-halo: could not flush pending halo exchanges: %s", err)
         self._remove_hooks()
         release_exchanger(self.exchanger)
+        self.exchanger.release()  # the partition and what was built from it: a next fit binds afresh
+        self._layers.release()
         if self._halo_group is not None:
             self.exchanger.connect(None)
             dist.destroy_process_group(self._halo_group)

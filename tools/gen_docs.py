@@ -34,6 +34,16 @@ def layers_table() -> str:
     return "\n".join(lines)
 
 
+def modes_table() -> str:
+    from lightning_halo.exchange.policy import MODE_TABLE
+
+    lines = ["| mode | forward uses | backward applies | traffic | exactness | follows |", "|---|---|---|---|---|---|"]
+    for row in MODE_TABLE:
+        name = f"`{row.mode}`" + (f", `{row.option}`" if row.option else "")
+        lines.append(f"| {name} | {row.forward} | {row.backward} | {row.traffic} | {row.exactness} | {row.method} |")
+    return "\n".join(lines)
+
+
 def errors_table() -> str:
     from tests.support.error_cases import all_cases
 
@@ -74,6 +84,7 @@ def console(old: str) -> str:
 SECTIONS: dict[str, tuple[str, Callable[[str], str]]] = {
     "layers": ("docs/layers.md", lambda old: layers_table()),
     "errors": ("docs/errors.md", lambda old: errors_table()),
+    "modes": ("docs/modes.md", lambda old: modes_table()),
     "cli-help": ("docs/cli.md", console),
     "cli-partition": ("docs/cli.md", console),
     "cli-plan": ("docs/cli.md", console),

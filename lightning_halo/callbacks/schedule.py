@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
 import lightning.pytorch as pl
@@ -9,38 +10,75 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_halo.callbacks.reduced import log_reduced
-from lightning_halo.exchange.policy import MODES, HaloPolicy, Mode
+from lightning_halo.exchange.policy import MODES, SYNC, HaloPolicy, Mode
+
+#: Where checkpoints keep a schedule's options (fixed, so that a subclass finds them too).
+STATE_KEY = "HaloSchedule"
+
+
+def _described(policy: Optional[HaloPolicy]) -> str:
+    """``HaloSchedule(mode='pipelined', sync_every=2)``: the options that differ from the defaults."""
+    if policy is None:
+        return "no HaloSchedule (every epoch sync)"
+    default = HaloPolicy()
+    args = [f"mode={policy.mode!r}"] + [
+        f"{f.name}={getattr(policy, f.name)!r}"
+        for f in dataclasses.fields(policy)
+        if f.name != "mode" and getattr(policy, f.name) != getattr(default, f.name)
+    ]
+    return f"HaloSchedule({', '.join(args)})"
+
+
+def check_resume(saved: Optional[HaloPolicy], current: Optional[HaloPolicy]) -> None:
+    """Refuse to continue training from a checkpoint written under schedule ``saved`` with ``current``.
+
+    ``None`` stands for no :class:`HaloSchedule` (every epoch ``"sync"``). Any option that
+    differs is refused: each one changes which rows and gradients an epoch uses, so the resumed
+    run would not continue the checkpointed one (and a checkpoint's stale rows and pending
+    gradients are those of its schedule). The message names every difference and both ways on.
+
+    Example:
+        >>> check_resume(HaloPolicy("pipelined", sync_every=2), HaloPolicy("pipelined", sync_every=2))
+        >>> check_resume(None, SYNC)  # no schedule is every epoch sync
+    """
+    old, new = saved or SYNC, current or SYNC
+    changes = [
+        f"{f.name}: {getattr(old, f.name)!r} -> {getattr(new, f.name)!r}"
+        for f in dataclasses.fields(old)
+        if getattr(old, f.name) != getattr(new, f.name)
+    ]
+    if not changes:
+        return
+    written = "without a HaloSchedule (every epoch sync)" if saved is None else f"with {_described(saved)}"
+    raise ValueError(
+        f"cannot resume: the checkpoint was written {written}, but this run has {_described(current)} "
+        f"({'; '.join(changes)}). A resumed run continues the checkpointed one (stale rows, pending gradients and "
+        f"all) only with the same schedule: pass {_described(saved) if saved is not None else 'no HaloSchedule'}. "
+        "To train on with the new schedule on purpose (e.g. in sync after a pipelined run diverged), pass "
+        "HaloSchedule(..., allow_resume_change=True): the restored rows and gradients are then used as the new "
+        "schedule finds them (a sync epoch replaces them, as a sync_every epoch does)."
+    )
 
 
 class HaloSchedule(Callback):
     r"""Chooses, every epoch, how training halos travel (validation and test are always fresh).
 
-    * ``mode="sync"``: fresh halo rows for every layer, every epoch (exact at ``bits=32``).
-    * ``mode="pipelined"``: each layer uses the halo rows received during the previous epoch
-      while this epoch's boundary rows travel asynchronously, overlapped with the computation
-      that follows; halo gradients computed in this epoch's backward are applied by their
-      owners in the next epoch's backward (`PipeGCN <https://arxiv.org/abs/2203.10428>`_,
-      Sylvie's asynchronous mode). ``sync_every=k`` makes every k-th epoch fully synchronous
-      (Sylvie's bounded-staleness adaptor) to stop stale errors from accumulating.
-    * ``mode="periodic"``: a synchronous refresh every ``refresh_every`` epochs; in between,
-      layers reuse the refreshed rows with no traffic at all and no gradient crosses
-      partitions (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style stale representations).
-    * ``mode="adaptive"``: per layer and epoch, pipelined (stale by one epoch, forward and
-      backward) while the rows the layer sends changed by at most ``drift_threshold`` (relative,
-      Frobenius) in the previous epoch, synchronous when they drift; each rank measures its own
-      sent rows before quantization and one tiny all-reduce of the per-layer maxima at the
-      epoch's start makes every rank take the same decision (staleness bounded by measured
-      change, as in `Sancus <https://doi.org/10.24963/ijcai.2023/724>`_). ``sync_every`` applies.
+    The modes (``"sync"``, ``"pipelined"``, ``"periodic"``, ``"adaptive"``) and what each one's
+    forward uses, backward applies, sends and guarantees are defined once, in
+    :data:`~lightning_halo.exchange.policy.MODE_TABLE` (the table of the docs' "Choosing a halo
+    mode" page is generated from it). The first epoch and ``warmup_epochs`` are synchronous. The
+    decision depends on the epoch number only, so every rank issues the same collectives. The
+    options are checked once, here, into a :class:`~lightning_halo.exchange.policy.HaloPolicy`
+    that the schedule hands to the strategy at setup. Logged each epoch: ``halo/mode`` (0 sync,
+    1 pipelined, 2 periodic, 3 adaptive), ``halo/staleness`` (largest, also on the progress bar)
+    and ``halo/staleness/<layer>``; in an adaptive run also ``halo/stale_layers`` and
+    ``halo/sync_layers`` (this epoch's decisions) and ``halo/drift/<layer>`` (the agreed drift
+    behind each).
 
-    The first epoch and ``warmup_epochs`` are synchronous. ``smoothing=m`` replaces received
-    stale rows and gradients by the moving average :math:`m\,\text{old} + (1-m)\,\text{new}`
-    (PipeGCN's smoothing). The decision depends on the epoch number only, so every rank issues
-    the same collectives. The options are checked once, here, into a
-    :class:`~lightning_halo.exchange.policy.HaloPolicy` that the schedule hands to the strategy
-    at setup. Logged each epoch: ``halo/mode`` (0 sync, 1 pipelined, 2 periodic, 3 adaptive),
-    ``halo/staleness`` (largest, also on the progress bar) and ``halo/staleness/<layer>``; in an
-    adaptive run also ``halo/stale_layers`` and ``halo/sync_layers`` (this epoch's decisions)
-    and ``halo/drift/<layer>`` (the agreed drift behind each).
+    Checkpoints record the schedule. Training resumed from one (``ckpt_path``) must use the same
+    schedule, or, if the checkpoint was written without one, none (or ``mode="sync"``): any other
+    is refused with the differences, unless ``allow_resume_change=True``. Validation, test and
+    prediction from a checkpoint do not train and accept any schedule.
 
     Args:
         mode (str, optional): ``"sync"``, ``"pipelined"``, ``"periodic"`` or ``"adaptive"``. (default: ``"sync"``)
@@ -53,6 +91,9 @@ class HaloSchedule(Callback):
         drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
             sent rows in the last epoch that lets it run stale in the next; ``None`` is
             :data:`~lightning_halo.exchange.policy.DRIFT_THRESHOLD` (0.1).
+        allow_resume_change (bool, optional): continue training from a checkpoint written with
+            another schedule (the restored stale rows and gradients are used as this schedule
+            finds them) instead of refusing. Not recorded. (default: ``False``)
 
     Example:
         >>> trainer = L.Trainer(strategy=HaloQuantStrategy(bits=1), devices=2,
@@ -67,9 +108,17 @@ class HaloSchedule(Callback):
         smoothing: float = 0.0,
         warmup_epochs: int = 0,
         drift_threshold: Optional[float] = None,
+        allow_resume_change: bool = False,
     ) -> None:
         #: The schedule's options, checked.
         self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs, drift_threshold)
+        self.allow_resume_change = bool(allow_resume_change)
+        self._fitting = False
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return STATE_KEY
 
     @property
     def mode(self) -> Mode:
@@ -96,6 +145,7 @@ class HaloSchedule(Callback):
                 f"HaloSchedule needs strategy=HaloQuantStrategy(...), got {type(trainer.strategy).__name__}"
             )
         use_policy(self.policy)
+        self._fitting = stage == "fit"  # only training resumed from a checkpoint is held to its schedule
 
     @override
     def on_train_batch_end(
@@ -116,12 +166,14 @@ class HaloSchedule(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        p = self.policy
-        return {
-            "mode": p.mode,
-            "sync_every": p.sync_every,
-            "refresh_every": p.refresh_every,
-            "smoothing": p.smoothing,
-            "warmup_epochs": p.warmup_epochs,
-            "drift_threshold": p.drift_threshold,
-        }
+        return dataclasses.asdict(self.policy)
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Training resumed from a checkpoint continues with its schedule: another is refused (:func:`check_resume`).
+
+        (A checkpoint written without a schedule, or a run without one, is checked by
+        :class:`~lightning_halo.HaloStateCallback`, which every halo run has.)
+        """
+        if self._fitting and not self.allow_resume_change:
+            check_resume(HaloPolicy(**state_dict), self.policy)

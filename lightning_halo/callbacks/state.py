@@ -5,13 +5,21 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
+import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
+from lightning_halo.callbacks.schedule import STATE_KEY as SCHEDULE_KEY
+from lightning_halo.callbacks.schedule import HaloSchedule, check_resume
 from lightning_halo.exchange import ExchangeState
+from lightning_halo.exchange.policy import HaloPolicy
+
+#: Where checkpoints keep every rank's halo state.
+STATE_KEY = "HaloStateCallback"
 
 
 def _rng_state() -> dict[str, Any]:
@@ -44,6 +52,10 @@ class HaloStateCallback(Callback):
     after epoch :math:`t` with ``ckpt_path`` then continues bitwise like the uninterrupted
     run. :class:`HaloQuantStrategy` adds this callback itself.
 
+    It also holds a resumed run to the checkpoint's schedule where a :class:`HaloSchedule` is on
+    one side only (a checkpoint of a pipelined run resumed without one, or of a run without one
+    resumed with a pipelined one); where both have one, the schedule checks itself.
+
     Example:
         >>> trainer.fit(model, datamodule=dm, ckpt_path="last")  # doctest: +SKIP
     """
@@ -51,7 +63,7 @@ class HaloStateCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return "HaloStateCallback"
+        return STATE_KEY
 
     def __init__(self) -> None:
         self._state: Optional[ExchangeState] = None
@@ -74,6 +86,20 @@ class HaloStateCallback(Callback):
             states = [None] * self._world
             dist.all_gather_object(states, mine)  # the default group (its timeout is the strategy's `timeout`)
         return {"world_size": self._world, "ranks": states}
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        states = checkpoint.get("callbacks") or {}
+        if STATE_KEY not in states or trainer.state.fn != TrainerFn.FITTING:
+            return  # not a halo run's checkpoint (nothing to continue), or nothing is trained
+        saved = states.get(SCHEDULE_KEY)
+        schedule = next((cb for cb in trainer.callbacks if isinstance(cb, HaloSchedule)), None)
+        if saved is not None and schedule is not None:
+            return  # the schedule checks itself (HaloSchedule.load_state_dict)
+        if schedule is None or not schedule.allow_resume_change:
+            check_resume(None if saved is None else HaloPolicy(**saved), None if schedule is None else schedule.policy)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

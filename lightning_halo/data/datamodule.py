@@ -154,7 +154,9 @@ class HaloDataModule(pl.LightningDataModule):
         self.seed = seed
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._source: Union[InMemorySource, PathSource, PartitionDirectory]
-        if isinstance(data, Data):
+        if isinstance(data, InMemorySource):  # a graph built at first use (HaloLinkDataModule's stages)
+            self._source = data
+        elif isinstance(data, Data):
             self._source = InMemorySource(data)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
             self._source = PartitionDirectory(data, cache_dir=self.cache_dir)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Optional, Union
+from functools import partial
+from typing import Any, Callable, Literal, Optional, Union
 
 import torch
 from torch import Tensor
@@ -13,7 +14,7 @@ from typing_extensions import override
 
 from lightning_halo.data.datamodule import HaloDataModule
 from lightning_halo.data.partition_dir import is_partition_dir
-from lightning_halo.data.sources import load_graph
+from lightning_halo.data.sources import InMemorySource, load_graph
 from lightning_halo.data.validation import validate_graph
 from lightning_halo.link.negatives import NegativeSampler
 from lightning_halo.link.ownership import owned_mask, owned_pairs
@@ -50,6 +51,21 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
+class _StageGraph(InMemorySource):
+    """A stage's message-passing graph, built by ``build()`` at its first use (not when the data module is made)."""
+
+    def __init__(self, build: Callable[[], Data]) -> None:
+        super().__init__(Data())
+        self._build: Optional[Callable[[], Data]] = build
+
+    def graph(self) -> Data:
+        if self._build is not None:
+            self._data, self._build = self._build(), None
+        return super().graph()
+
+    open = graph
+
+
 class _StageBatches(IterableDataset):
     """Yields the rank's batch of one stage once per epoch (built when the epoch starts)."""
 
@@ -74,7 +90,9 @@ class HaloLinkDataModule(HaloDataModule):
     the test stage (training and validation edges, as ``RandomLinkSplit``'s ``test_data``), unless
     ``test_with_val_edges=False``. Each rank's batch is its :class:`HaloPartition` plus the pairs
     it scores, in *global* node ids: ``batch.edge_label_index`` ``[2, M_r]`` and
-    ``batch.edge_label`` ``[M_r]`` (1 positive, 0 negative). A pair belongs to the owner of its
+    ``batch.edge_label`` ``[M_r]`` (1 positive, 0 negative). Every stage (and every epoch) gets a
+    batch object of its own (:meth:`HaloPartition.with_attrs`: the partition's tensors shared, not
+    copied), so a callback holding the training batch keeps the training pairs. A pair belongs to the owner of its
     source node, so every pair is scored exactly once; its other endpoint may be anywhere
     (fetch the rows with :func:`~lightning_halo.gather_rows`).
 
@@ -87,9 +105,10 @@ class HaloLinkDataModule(HaloDataModule):
     * validation / test: the held-out positives and fixed negatives (``neg_ratio`` per positive,
       non-edges of the whole graph).
 
-    Every rank loads the whole graph to split it (the split is seeded, so identical on all
-    ranks); partition directories are not supported. Edge attributes are not carried into the
-    message-passing graph.
+    Nothing is read or split when the data module is made: every rank loads the whole graph and
+    splits it (seeded, so identically on all ranks) at its first use, in ``prepare_data`` /
+    ``setup`` or at the first read of :attr:`split` or ``num_features``. Partition directories are
+    not supported. Edge attributes are not carried into the message-passing graph.
 
     Args:
         data (Data or str): the graph, as for :class:`HaloDataModule` (not a partition
@@ -137,22 +156,66 @@ class HaloLinkDataModule(HaloDataModule):
                 f"{data} is a partition directory; a link split needs the whole graph. Pass the original graph "
                 "(a Data, a file, 'cora', 'pyg:...') to HaloLinkDataModule."
             )
-        raw = data if isinstance(data, Data) else load_graph(str(data))
+        if not isinstance(data, (Data, str, os.PathLike)):
+            load_graph(data)  # raises the explanation
+        super().__init__(
+            data=_StageGraph(partial(self._stage_graph, "train")),  # a bound method: the data module pickles
+            num_parts=num_parts, partitioner=partitioner, balance=balance, seed=seed, cache_dir=cache_dir,
+        )  # fmt: skip
+        self.neg_ratio = float(neg_ratio)
+        self.test_with_val_edges = test_with_val_edges
+        self._given: Optional[Union[str, os.PathLike, Data]] = data
+        self._split_options = dict(
+            num_val=num_val, num_test=num_test, neg_ratio=neg_ratio, seed=seed, undirected=undirected
+        )
+        self._nodes: Optional[Data] = None  # the graph's node attributes (no edges), once split
+        self._split: Optional[LinkSplit] = None
+        self._sampler: Optional[NegativeSampler] = None
+        self._test_data: Optional[HaloDataModule] = None
+        self._owned: dict[str, Tensor] = {}
+
+    # ------------------------------------------------------------------ built at first use
+    def _built(self) -> tuple[LinkSplit, Data]:
+        """The split and the graph's node attributes (no edges): the graph read, checked and split at the first call."""
+        if self._split is not None and self._nodes is not None:
+            return self._split, self._nodes
+        given = self._given
+        raw = given if isinstance(given, Data) else load_graph(str(given))
         # placeholders first (a link graph needs no labels), then the usual checks (int64 edges, ids in range)
         graph = validate_graph(message_passing_graph(raw, raw.edge_index), source="the link-prediction graph")
-        split = link_split(graph.edge_index, int(graph.num_nodes), num_val, num_test, neg_ratio, seed, undirected)
-        super().__init__(message_passing_graph(graph, split.edge_index), num_parts, partitioner, balance, seed, cache_dir)
-        self.neg_ratio = float(neg_ratio)
-        #: The split, in global ids (the same on every rank).
-        self.split: LinkSplit = split
-        #: Draws each epoch's training negatives from the whole graph.
-        self.sampler = NegativeSampler(split.edge_index, int(graph.num_nodes), seed)
-        #: The test stage's partitioning (training + validation edges), if it differs from training's.
-        self.test_data: Optional[HaloDataModule] = None
-        if test_with_val_edges and split.val_pos.size(1):
-            test_graph = message_passing_graph(graph, split.test_edge_index)
-            self.test_data = HaloDataModule(test_graph, num_parts, partitioner, balance, seed, cache_dir)
-        self._owned: dict[str, Tensor] = {}
+        split = link_split(graph.edge_index, int(graph.num_nodes), **self._split_options)
+        nodes = message_passing_graph(graph, graph.edge_index[:, :0])  # the stages' graphs add their edges
+        self._split, self._nodes, self._given = split, nodes, None
+        return split, nodes
+
+    def _stage_graph(self, stage: Stage) -> Data:
+        """The graph ``stage`` passes messages on: training's edges, or for ``"test"`` training's and validation's."""
+        split, nodes = self._built()
+        return message_passing_graph(nodes, split.test_edge_index if stage == "test" else split.edge_index)
+
+    @property
+    def split(self) -> LinkSplit:
+        """The split, in global ids (the same on every rank), made at first use."""
+        return self._built()[0]
+
+    @property
+    def sampler(self) -> NegativeSampler:
+        """Draws each epoch's training negatives from the whole graph (built at first use)."""
+        if self._sampler is None:
+            split, nodes = self._built()
+            self._sampler = NegativeSampler(split.edge_index, int(nodes.num_nodes), self.seed)
+        return self._sampler
+
+    @property
+    def test_data(self) -> Optional[HaloDataModule]:
+        """The test stage's partitioning (training + validation edges), if it differs from training's."""
+        if self._test_data is None and self.test_with_val_edges and self.split.val_pos.size(1):
+            self._test_data = HaloDataModule(
+                data=_StageGraph(partial(self._stage_graph, "test")),
+                num_parts=self.num_parts, partitioner=self.partitioner, balance=self.balance, seed=self.seed,
+                cache_dir=str(self.cache_dir),
+            )  # fmt: skip
+        return self._test_data
 
     @property
     def num_train_negatives(self) -> int:
@@ -172,8 +235,10 @@ class HaloLinkDataModule(HaloDataModule):
 
     @override
     def setup(self, stage: str) -> None:
-        super().setup(stage)
+        super().setup(stage)  # the split and the training partition
         assert self.partition is not None
+        if stage == "fit":
+            _ = self.sampler  # built here, before the first step needs it
         self._owned = {"train": owned_mask(self.num_nodes, self.partition.n_id)}
         if self.test_data is not None and stage in ("test", "predict"):
             self.test_data.trainer = self.trainer
@@ -209,12 +274,11 @@ class HaloLinkDataModule(HaloDataModule):
         return index, label
 
     def batch(self, stage: Stage) -> HaloPartition:
-        """The rank's partition of ``stage`` carrying its pairs (the data module owns both)."""
+        """The rank's batch of ``stage``: a new object of the stage's partition carrying its pairs (tensors shared)."""
         part, _ = self._partition_of(stage)
         index, label = self.pairs(stage, self._epoch())
         device = part.n_id.device
-        part.edge_label_index, part.edge_label = index.to(device), label.to(device)
-        return part
+        return part.with_attrs(edge_label_index=index.to(device), edge_label=label.to(device))
 
     def _stage_loader(self, stage: Stage) -> DataLoader:
         self._loader()  # the checks and warning filters of HaloDataModule

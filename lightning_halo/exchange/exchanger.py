@@ -11,7 +11,7 @@ collectives the layer calls are given) and :attr:`~HaloExchanger.state` (what ch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 from torch import Tensor
@@ -31,6 +31,7 @@ from lightning_halo.quant import check_bits
 
 #: Observer of training exchanges (tests): ``fn(traffic, epoch, slot, sent, received)``.
 Observer = Callable[[str, int, Optional[int], Tensor, Tensor], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class HaloExchanger:
         self._plans: dict[Direction, ExchangePlan] = {}
         self._cover: Optional[CoverPlan] = None
         self._part: Optional[HaloPartition] = None
+        self._of_partition: dict[str, Any] = {}  # values of the bound partition (partition_value)
         self._mode: Mode = "sync"
         self._training = False
         self._epoch = 0
@@ -138,15 +140,53 @@ class HaloExchanger:
         return self._part
 
     def bind(self, part: HaloPartition) -> bool:
-        """Use ``part``'s plan (cheap when it is the same object as last time). Returns True if new."""
+        """Use ``part``'s plan. Returns True if it is another partition than the bound one.
+
+        Another batch object of the bound partition (a stage's view,
+        :meth:`~lightning_halo.HaloPartition.with_attrs`: the same edge and plan tensors) only
+        replaces the object: plans, partial-sum layout and :meth:`partition_value` stay. Any other
+        partition starts afresh; what was built for the last one is dropped, not kept by identity.
+        """
         if part is self._part:
+            return False
+        if self._part is not None and part.shares_structure(self._part):
+            self._part = part
+            self._inputs.bind(part, same_partition=True)
             return False
         self._part = part
         self._plans = {"in": ExchangePlan.from_partition(part)}
         self._cover = None
+        self._of_partition.clear()
         self._inputs.bind(part)
         self.state.bound(self._plans)
         return True
+
+    def release(self) -> None:
+        """Let go of the bound partition and everything built from it (at the strategy's teardown).
+
+        The checkpointed :attr:`state` stays (a checkpoint may still be written after a run); the
+        next :meth:`bind` starts afresh.
+        """
+        self._part = None
+        self._plans = {}
+        self._cover = None
+        self._of_partition.clear()
+        self._inputs.bind(None)
+        self._anchors.clear()
+
+    def partition_value(self, key: str, build: Callable[[], T]) -> T:
+        """A value of the bound partition, built by ``build()`` at the first call after :meth:`bind`.
+
+        Dropped when another partition is bound or at :meth:`release`, so nothing outlives its
+        partition or is shared between ranks (each rank has its exchanger). If ``build`` is a
+        collective, every rank reaches the first call together, as for any collective.
+        E.g. :func:`~lightning_halo.gather_rows`' row directory.
+        """
+        if not self.bound:
+            raise RuntimeError(f"partition_value({key!r}) needs a bound partition; bind one first.")
+        if key not in self._of_partition:
+            self._of_partition[key] = build()
+        return self._of_partition[key]
 
     def plan(self, direction: Direction = "in") -> ExchangePlan:
         """The plan of ``direction`` (``"in"``: the partition's; ``"out"`` once :meth:`add_plan` added it)."""

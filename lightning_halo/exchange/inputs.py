@@ -32,9 +32,12 @@ class InputHalos:
         self._part: Optional[HaloPartition] = None
         self._memo = TensorMemo()
 
-    def bind(self, part: HaloPartition) -> None:
+    def bind(self, part: Optional[HaloPartition], same_partition: bool = False) -> None:
+        """Serve ``part``'s tensors (``None``: none). ``same_partition``: another view of the bound partition
+        (its plan unchanged), whose halos already computed stay valid: they are kept by tensor, not by batch."""
         self._part = part
-        self._memo.clear()
+        if not same_partition:
+            self._memo.clear()
 
     def holds(self, x: Tensor) -> bool:
         """Whether ``x`` is one of the bound partition's own tensors (and needs no gradient)."""

@@ -1,18 +1,13 @@
 r"""How training halos travel, epoch by epoch: the modes, their options, and the pure schedule.
 
-One vocabulary, from the user's option to the slot that carries a halo:
-
-* ``"sync"``: fresh rows, exchanged before the layer runs (exact at ``bits=32``);
-* ``"pipelined"``: last epoch's rows while this epoch's travel, their gradients applied one epoch
-  late (`PipeGCN <https://arxiv.org/abs/2203.10428>`_, Sylvie's asynchronous mode);
-* ``"periodic"``: the last refresh's rows, no traffic and no gradient across partitions
-  (`DIGEST <https://arxiv.org/abs/2206.00057>`_-style);
-* ``"adaptive"``: per layer, ``"pipelined"`` while the rows it sends barely move from epoch to
-  epoch, ``"sync"`` when they drift (`Sancus <https://doi.org/10.24963/ijcai.2023/724>`_-style
-  staleness bounded by the measured change, agreed by all ranks).
+One vocabulary, from the user's option to the slot that carries a halo: the modes ``"sync"``,
+``"pipelined"``, ``"periodic"`` and ``"adaptive"`` (:data:`MODES`), each defined once, in
+:data:`MODE_TABLE`: what its forward uses, what its backward applies, when it sends and what it
+guarantees, and the method it follows. The docs' table of the modes is generated from it
+(``python tools/gen_docs.py``).
 
 :class:`HaloPolicy` holds a schedule's options, checked once when it is built, and answers
-which of them an epoch runs (:meth:`HaloPolicy.mode_at`, a pure function of the epoch
+which mode an epoch runs (:meth:`HaloPolicy.mode_at`, a pure function of the epoch
 number, so every rank issues the same collectives; in an ``"adaptive"`` epoch each layer's
 choice is agreed by one tiny all-reduce at the epoch's start,
 :meth:`~lightning_halo.exchange.slots.SlotTable.decide`). :class:`~lightning_halo.HaloSchedule`
@@ -27,6 +22,41 @@ from typing import Literal, Optional, get_args
 Mode = Literal["sync", "pipelined", "periodic", "adaptive"]
 #: Every mode, in the order of their codes in the logged ``halo/mode`` metric (0, 1, 2, 3).
 MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+
+@dataclass(frozen=True)
+class ModeRow:
+    """One mode (with the option that shapes it) as :data:`MODE_TABLE` defines it."""
+
+    mode: Mode
+    option: str  # the option that shapes it ("" for none)
+    forward: str  # what a layer's forward uses
+    backward: str  # which halo gradients its backward applies
+    traffic: str  # when rows travel
+    exactness: str  # what it guarantees
+    method: str  # the method it follows, with a link
+
+
+#: The modes, defined once: every description of them (the docstrings, docs/modes.md's table) refers to
+#: or is generated from these rows.
+MODE_TABLE: tuple[ModeRow, ...] = (
+    ModeRow("sync", "", "this epoch's rows", "this epoch's halo gradients", "every epoch", "exact at `bits=32`",
+            "the default"),
+    ModeRow("pipelined", "", "last epoch's rows (this epoch's travel meanwhile)", "last epoch's halo gradients",
+            "every epoch, overlapped", "stale by one epoch",
+            "[PipeGCN](https://arxiv.org/abs/2203.10428), Sylvie's asynchronous mode"),
+    ModeRow("pipelined", "sync_every=k", "as above, every k-th epoch synchronous", "as above", "every epoch",
+            "staleness reset every k epochs", "Sylvie's bounded-staleness adaptor"),
+    ModeRow("periodic", "refresh_every=N", "the rows of the last refresh",
+            "nothing crosses partitions between refreshes", "only in refresh epochs", "stale up to N−1 epochs",
+            "[DIGEST](https://arxiv.org/abs/2206.00057)-style stale representations"),
+    ModeRow("adaptive", "drift_threshold=δ",
+            "per layer: last epoch's rows while that layer's sent rows moved ≤ δ in the last epoch, else this "
+            "epoch's", "as the layer's forward chose: one epoch late, or at once",
+            "every epoch, overlapped where stale", "stale by at most one epoch, only where the rows barely move",
+            "[Sancus](https://doi.org/10.24963/ijcai.2023/724)-style staleness bounded by measured change"),
+)  # fmt: skip
 
 #: ``"adaptive"``'s default bound on the relative change of a layer's sent rows between two
 #: epochs, :math:`\lVert H_t - H_{t-1} \rVert_F / \lVert H_{t-1} \rVert_F`, below which that layer
@@ -64,16 +94,14 @@ def check_count(name: str, value: Optional[int], minimum: int, allow_none: bool 
 
 @dataclass(frozen=True)
 class HaloPolicy:
-    r"""A schedule of halo modes over the training epochs (see the module docstring).
+    r"""A schedule of the modes of :data:`MODE_TABLE` over the training epochs.
 
-    The first epoch and ``warmup_epochs`` are ``"sync"``. ``"pipelined"`` runs every later epoch
-    pipelined, except every ``sync_every``-th, which is ``"sync"`` (Sylvie's bounded-staleness
-    adaptor); ``"periodic"`` refreshes every ``refresh_every`` epochs and reuses in between;
-    ``"adaptive"`` epochs (``sync_every`` applies as for ``"pipelined"``) let each layer run
-    pipelined while its sent rows changed by at most ``drift_threshold`` in the last epoch.
+    The first epoch and ``warmup_epochs`` are ``"sync"``. After them a ``"pipelined"`` or
+    ``"adaptive"`` schedule makes every ``sync_every``-th epoch ``"sync"``, and a ``"periodic"``
+    one refreshes (a ``"sync"`` epoch) every ``refresh_every`` epochs.
 
     Args:
-        mode (str, optional): ``"sync"``, ``"pipelined"`` or ``"periodic"``. (default: ``"sync"``)
+        mode (str, optional): one of :data:`MODES`. (default: ``"sync"``)
         sync_every (int, optional): pipelined and adaptive: every k-th epoch is synchronous. (default: ``None``)
         refresh_every (int, optional): periodic only: epochs between refreshes. (default: ``10``)
         smoothing (float, optional): weight of the old rows and gradients when stale ones land,

@@ -1,12 +1,10 @@
-r"""Per-slot state of the training exchanges, in the three modes of :mod:`~lightning_halo.exchange.policy`.
+r"""Per-slot state of the training exchanges, in the modes of :data:`~lightning_halo.exchange.policy.MODE_TABLE`.
 
 The :math:`k`-th halo exchange of a training step is *slot* :math:`k`; its state lives across
-epochs. Forward, a slot returns this epoch's rows (``"sync"``), last epoch's rows while this
-epoch's travel (``"pipelined"``, PipeGCN / Sylvie's asynchronous mode) or the last refresh's
-rows with no traffic (``"periodic"``, DIGEST-style). Backward, the halo gradients go back to
-their owners likewise: at once, one epoch late, or not at all. In an ``"adaptive"`` epoch each
-slot runs ``"pipelined"`` or ``"sync"``, as :meth:`SlotTable.decide` agreed at the epoch's start
-from the drift of the rows every rank sent in the previous epoch.
+epochs: the rows and gradients a stale mode uses instead of this epoch's, and the exchanges
+still in flight. In an ``"adaptive"`` epoch each slot runs ``"pipelined"`` or ``"sync"``, as
+:meth:`SlotTable.decide` agreed at the epoch's start from the drift of the rows every rank sent
+in the previous epoch.
 
 Example:
     >>> from lightning_halo.exchange.meter import TrafficMeter

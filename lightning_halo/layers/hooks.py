@@ -69,6 +69,10 @@ class LayerContext:
     def bind(self, part: HaloPartition) -> None:
         self.edges = PartitionEdges(part, self.exchanger, self.collectives)
 
+    def release(self) -> None:
+        """Let go of the bound partition's edges (at teardown)."""
+        self.edges = None
+
     def record(self, layer: str, how: str) -> None:
         """Note how ``layer`` ran (the strategy prints each change once, on rank 0)."""
         self.choices[layer] = how

@@ -133,15 +133,10 @@ class _GatherRows(torch.autograd.Function):
         return grad, None, None, None
 
 
-_directory: Optional[tuple[HaloPartition, HaloExchanger, RowDirectory]] = None
-
-
 def _directory_of(exchanger: HaloExchanger, part: HaloPartition) -> RowDirectory:
-    """The directory of ``part``, built at the first call on a newly bound partition (a collective)."""
-    global _directory
-    if _directory is None or _directory[0] is not part or _directory[1] is not exchanger:
-        _directory = (part, exchanger, RowDirectory.build(part, exchanger.collectives.wire))
-    return _directory[2]
+    """The bound partition's directory: the exchanger's, built at the first call after a bind (a collective,
+    reached by every rank together) and dropped with the binding (each rank's own, never kept past it)."""
+    return exchanger.partition_value(LAYER, lambda: RowDirectory.build(part, exchanger.collectives.wire))
 
 
 def _check_ids(global_ids: Tensor, num_nodes: int) -> None:

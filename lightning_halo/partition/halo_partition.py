@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 
@@ -29,9 +30,23 @@ PLAN_KEYS = (
     *CSR_KEYS,
 )
 
-#: Names a partition derives from :data:`PLAN_KEYS` (its properties, computed on access and never
-#: stored): a graph attribute of the same name would be hidden behind them.
-DERIVED_KEYS = ("n_id", "inner_global_id", "halo_owner", "num_local_nodes")
+#: Attributes a partition derives from stored ones (its properties, computed on access and never
+#: stored), each with the stored attributes it is computed from. ``in``, ``keys()``, ``hasattr``,
+#: ``get`` and ``[]`` see one when its sources are there, as they see a stored attribute.
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "n_id": ("global_id", "n_inner"),
+    "inner_global_id": ("global_id", "n_inner"),
+    "halo_owner": ("recv_counts",),
+    "num_local_nodes": ("n_inner", "n_halo"),
+}
+
+#: Names a partition derives from :data:`PLAN_KEYS` (see :data:`DERIVED_FROM`): a graph attribute
+#: of the same name would be hidden behind them.
+DERIVED_KEYS = tuple(DERIVED_FROM)
+
+#: What a partition *is* to the exchange: its edges and plan. Two batch objects holding these
+#: very tensors (:meth:`HaloPartition.with_attrs`) are views of one partition.
+STRUCTURE_KEYS = ("edge_index", *PLAN_KEYS)
 
 #: Attribute names a graph must not have before partitioning: what every partition adds or derives.
 RESERVED_KEYS = PLAN_KEYS + DERIVED_KEYS
@@ -87,6 +102,15 @@ def stacked_view(top: Tensor, bottom: Tensor) -> Tensor | None:
         return None
     return top.as_strided((top.size(0) + bottom.size(0), *top.shape[1:]), top.stride(), top.storage_offset())
 
+def _refuse_derived(key: str) -> None:
+    if key in DERIVED_FROM:
+        sources = " and ".join(DERIVED_FROM[key])
+        raise AttributeError(
+            f"HaloPartition.{key} is derived from {sources} on every access and cannot be set (a stored value would "
+            f"hide behind the derived one). Change {sources} instead, or store your value under another name."
+        )
+
+
 class HaloPartition(Data):
     r"""One rank's share of the graph: its *inner* nodes, their *halo* and the exchange plan.
 
@@ -110,10 +134,11 @@ class HaloPartition(Data):
       the same peer order.
     * ``global_id`` ``[n_inner + n_halo]``: global id of every local node.
 
-    ``n_id`` ``[n_inner]`` (derived from ``global_id``, not stored): the global id of every row
-    of ``x``, with the meaning of :class:`~torch_geometric.loader.NeighborLoader`'s
-    ``batch.n_id``. So a per-node parameter looked up as ``self.emb(batch.n_id)`` reads each
-    node's own row on every rank (on one process ``n_id`` is ``arange(N)``), and the result
+    ``n_id`` ``[n_inner]`` (derived from ``global_id``, not stored, but seen by ``"n_id" in batch``,
+    ``batch.keys()``, ``batch.get`` and ``batch["n_id"]`` like a stored attribute; see
+    :data:`DERIVED_FROM`): the global id of every row of ``x``, with the meaning of
+    :class:`~torch_geometric.loader.NeighborLoader`'s ``batch.n_id``. So a per-node parameter
+    looked up as ``self.emb(batch.n_id)`` reads each node's own row on every rank (on one process ``n_id`` is ``arange(N)``), and the result
     equals single-process training. A lookup by position (``emb(torch.arange(x.size(0)))``,
     ``emb.weight[:n]``) reads other nodes' rows on a partition.
 
@@ -148,6 +173,72 @@ class HaloPartition(Data):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+
+    # ------------------------------------------------------------------ derived attributes, as PyG sees attributes
+    def keys(self) -> list[str]:
+        """The stored attributes' names, and the derived ones (:data:`DERIVED_FROM`) whose sources are stored.
+
+        So ``"n_id" in batch`` is ``True`` wherever ``batch.n_id`` works, as for any attribute.
+        What is stored, written, collated and moved (``to_dict()``, ``items()``, ``apply``) is
+        the stored attributes only.
+        """
+        stored = super().keys()
+        have = set(stored)
+        return stored + [key for key, sources in DERIVED_FROM.items() if have.issuperset(sources)]
+
+    def __getitem__(self, key: str) -> Any:
+        if key in DERIVED_FROM and key in self.keys():
+            return getattr(self, key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``batch[key]`` if ``key in batch`` (stored or derived), else ``default``, as ``dict.get``."""
+        return self[key] if key in self else default
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        _refuse_derived(key)
+        super().__setattr__(key, value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        _refuse_derived(key)
+        super().__setitem__(key, value)
+
+    # ------------------------------------------------------------------ views of one partition
+    def with_attrs(self, **attrs: Any) -> HaloPartition:
+        """A new batch object of this partition with ``attrs`` added (or replaced): every tensor shared, none copied.
+
+        What a data module hands each stage (its own pairs, say) so that a callback holding one
+        stage's batch never sees another's. While :data:`STRUCTURE_KEYS` are untouched the
+        result :meth:`shares_structure` with this one, and the exchange treats it as the same
+        partition (no plan, cache or check is rebuilt).
+
+        Args:
+            **attrs: attributes of the new batch object.
+
+        Example:
+            >>> train = part.with_attrs(edge_label_index=pairs)  # doctest: +SKIP
+            >>> train.x is part.x and "edge_label_index" not in part  # doctest: +SKIP
+            True
+        """
+        out = copy.copy(self)  # PyG's shallow copy: a new store holding the same tensors
+        for key, value in attrs.items():
+            out[key] = value
+        return out
+
+    def shares_structure(self, other: HaloPartition) -> bool:
+        """Whether ``other`` holds this partition's very edges and plan (:data:`STRUCTURE_KEYS`: the same tensor
+        objects, equal numbers), e.g. another stage's view from :meth:`with_attrs`.
+
+        Example:
+            >>> part.with_attrs(edge_label=labels).shares_structure(part)  # doctest: +SKIP
+            True
+        """
+        for key in STRUCTURE_KEYS:
+            mine, theirs = self.get(key), other.get(key)
+            numbers = not isinstance(mine, Tensor) and not isinstance(theirs, Tensor)
+            if not (mine is theirs or (numbers and mine == theirs)):
+                return False
+        return True
 
     def __getattr__(self, key: str) -> Any:
         if key == "batch_size":  # the NeighborLoader idiom out[:batch.batch_size] has no meaning here

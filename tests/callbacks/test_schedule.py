@@ -6,9 +6,12 @@ of stale training, and directly on the rows and gradients each exchange moved.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from lightning_halo.exchange.policy import MODES
@@ -93,6 +96,77 @@ def test_the_schedule_needs_the_halo_strategy() -> None:
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False)
     with pytest.raises(TypeError, match="HaloSchedule needs strategy=HaloQuantStrategy"):
         HaloSchedule().setup(trainer, None, "fit")  # type: ignore[arg-type]
+
+
+def _resume(tmp_path, callbacks: list, ckpt: Path | None = None, epochs: int = 2, fn: str = "fit") -> L.Trainer:
+    """A world-size-1 run of ``epochs`` (from ``ckpt`` if given); its checkpoint is saved next to ``tmp_path``."""
+    trainer = L.Trainer(strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=1, max_epochs=epochs,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=callbacks)  # fmt: skip
+    dm = HaloDataModule(awkward_graph(1, dtype=torch.float32), cache_dir=str(tmp_path / "cache"))
+    getattr(trainer, fn)(_validated_sage(), datamodule=dm, ckpt_path=None if ckpt is None else str(ckpt))
+    return trainer
+
+
+def _validated_sage() -> L.LightningModule:
+    """tiny_sage_module with a validation step (its loss on the validation nodes)."""
+
+    class Validated(type(tiny_sage_module())):  # type: ignore[misc]
+        def validation_step(self, batch, _):
+            out = self.conv(batch.x, batch.edge_index)
+            self.log("val_loss", F.cross_entropy(out[batch.val_mask], batch.y[batch.val_mask]), batch_size=1)
+
+    return Validated()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """A checkpoint after 2 epochs written with a pipelined schedule, and one written without a schedule."""
+    tmp = tmp_path_factory.mktemp("ckpt")
+    out = {}
+    for name, callbacks in (("pipelined", [HaloSchedule("pipelined", sync_every=2)]), ("none", [])):
+        trainer = _resume(tmp, callbacks)
+        out[name] = tmp / f"{name}.ckpt"
+        trainer.save_checkpoint(out[name])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("written", "resumed", "says"),
+    [
+        ("pipelined", HaloSchedule("pipelined", sync_every=3), "sync_every: 2 -> 3"),
+        ("pipelined", HaloSchedule("adaptive", sync_every=2), "mode: 'pipelined' -> 'adaptive'"),
+        ("pipelined", None, r"this run has no HaloSchedule \(every epoch sync\).*mode: 'pipelined' -> 'sync'"),
+        ("none", HaloSchedule("periodic", refresh_every=2), r"written without a HaloSchedule \(every epoch sync\)"),
+    ],
+)
+def test_resuming_with_another_schedule_is_refused(checkpoints, tmp_path, written, resumed, says) -> None:
+    """A resumed run continues the checkpointed one only with its schedule: any other is refused, saying what
+    differs and how to resume anyway (a test or validation run from the checkpoint does not train: allowed)."""
+    callbacks = [] if resumed is None else [resumed]
+    with pytest.raises(ValueError, match=says) as err:
+        _resume(tmp_path, callbacks, checkpoints[written], epochs=3)
+    assert "allow_resume_change=True" in str(err.value)
+    _resume(tmp_path, callbacks, checkpoints[written], fn="validate")
+
+
+def test_the_same_schedule_or_an_allowed_change_resumes(checkpoints, tmp_path) -> None:
+    modes = _Modes()
+    _resume(tmp_path, [HaloSchedule("pipelined", sync_every=2), modes], checkpoints["pipelined"], epochs=4)
+    assert modes.modes == ["sync", "pipelined"], "epochs 2 and 3 of the checkpointed schedule"
+    switched = _Modes()
+    change = HaloSchedule("sync", allow_resume_change=True)  # e.g. a pipelined run that diverged goes on in sync
+    _resume(tmp_path, [change, switched], checkpoints["pipelined"], epochs=4)
+    assert switched.modes == ["sync", "sync"]
+    _resume(tmp_path, [], checkpoints["none"], epochs=3)  # no schedule before, none now
+
+
+def test_the_schedule_state_round_trips() -> None:
+    sched = HaloSchedule("adaptive", sync_every=4, smoothing=0.5, warmup_epochs=1, drift_threshold=0.2)
+    state = sched.state_dict()
+    assert state == {"mode": "adaptive", "sync_every": 4, "refresh_every": 10, "smoothing": 0.5, "warmup_epochs": 1,
+                     "drift_threshold": 0.2}  # fmt: skip
+    HaloSchedule("adaptive", sync_every=4, smoothing=0.5, warmup_epochs=1, drift_threshold=0.2).load_state_dict(state)
 
 
 def _sim(spec: str, world_size: int) -> dict:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+
+import lightning as L
 import pytest
 import torch
 from torch_geometric.data import Data
 
+from lightning_halo.data.datasets import load_bundled
 from lightning_halo.data.link_datamodule import HaloLinkDataModule
 from lightning_halo.link.negatives import negative_sampling
 from tests.support.trainer import FakeTrainer
@@ -93,7 +97,7 @@ def test_one_partitioning_without_validation_edges_in_test(tmp_path) -> None:
     dm = HaloLinkDataModule("cora", cache_dir=str(tmp_path / "cache"), test_with_val_edges=False)
     dm.trainer = FakeTrainer(1, 0)  # type: ignore[assignment]
     dm.setup("test")
-    assert dm.test_data is None and dm.batch("test") is dm.partition
+    assert dm.test_data is None and dm.batch("test").shares_structure(dm.partition)
 
 
 def test_batch_carries_the_stage_pairs(tmp_path) -> None:
@@ -114,7 +118,64 @@ def test_graph_without_labels_and_bad_input(tmp_path) -> None:
     assert rdm.pairs("train")[0].size(1) > 0
     with pytest.raises(RuntimeError, match="setup"):
         _make(tmp_path, data=data, num_val=5, num_test=5).pairs("val")
-    with pytest.raises(ValueError, match="edge_index"):
-        HaloLinkDataModule(Data(x=data.x, edge_index=torch.tensor([[0], [50]])), cache_dir=str(tmp_path))
+    bad = HaloLinkDataModule(Data(x=data.x, edge_index=torch.tensor([[0], [50]])), cache_dir=str(tmp_path))
+    for _ in range(2):  # at the first use, and again at the next (nothing half-built is kept)
+        with pytest.raises(ValueError, match="edge_index"):
+            bad.split
     int32 = _make(tmp_path, data=Data(x=data.x, edge_index=ei.int()), num_val=5, num_test=5)
     assert torch.equal(int32.split.val_pos, dm.split.val_pos)
+
+
+def test_nothing_heavy_happens_in_init(tmp_path, monkeypatch) -> None:
+    """Constructing (on every rank, by a CLI printing its config, ...) reads, validates and splits nothing; the
+    first use does, once."""
+    import lightning_halo.data.link_datamodule as module
+
+    calls: list[str] = []
+    for name in ("load_graph", "validate_graph", "link_split", "NegativeSampler"):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    dm = HaloLinkDataModule("cora", cache_dir=str(tmp_path), seed=4, partitioner="random", balance="edges")
+    HaloLinkDataModule(load_bundled("cora"), cache_dir=str(tmp_path))
+    assert calls == [], f"__init__ ran {calls}"
+    assert pickle.loads(pickle.dumps(dm)).split.val_pos.size(1) == 527, "picklable (spawn), the split made after"
+    calls.clear()
+    assert dm.split.val_pos.size(1) == 527 and dm.num_features == 1433
+    assert calls == ["load_graph", "validate_graph", "link_split"], "the split needs the graph, once"
+    dm.negatives(0), dm.negatives(1)
+    assert calls.count("NegativeSampler") == 1, "training's sampler, built at first use"
+    for inner in (dm, dm.test_data):  # the options reach both partitionings
+        assert (inner.partitioner, inner.balance, inner.seed, inner.cache_dir) == ("random", "edges", 4, tmp_path)
+
+
+class _HoldsTheTrainBatch(L.Callback):
+    """Keeps the training step's batch and reads its pairs again after the validation loop that follows."""
+
+    def __init__(self) -> None:
+        self.held, self.pairs, self.after_validation = None, None, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.held, self.pairs = batch, batch.edge_label_index.clone()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.held is not None:
+            self.after_validation.append(torch.equal(self.held.edge_label_index, self.pairs))
+
+
+def test_each_stage_has_its_own_batch_and_shares_the_partition(tmp_path) -> None:
+    """A callback holding the train batch still sees the train pairs after validation ran; the stages' batches
+    are distinct objects over the same tensors (no copy of the partition)."""
+    from lightning_halo.models import LinkPredictor
+
+    dm = HaloLinkDataModule("cora", cache_dir=str(tmp_path))
+    hold = _HoldsTheTrainBatch()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[hold])  # fmt: skip
+    trainer.fit(LinkPredictor(dm.num_features, hidden_channels=8, out_channels=8), datamodule=dm)
+    assert hold.after_validation == [True, True], "validation pairs were written into the held train batch"
+    assert hold.pairs.size(1) == 2 * dm.split.train_pos.size(1)
+    train, val = dm.batch("train"), dm.batch("val")
+    assert train is not val and "edge_label_index" not in dm.partition
+    assert train.x is val.x is dm.partition.x and train.shares_structure(val)
+    assert torch.equal(val.edge_label_index, dm.pairs("val")[0])

@@ -60,3 +60,13 @@ def test_checkers_and_frozen_policy() -> None:
         check_count("sync_every", 0, 1, allow_none=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         SYNC.mode = "pipelined"  # type: ignore[misc]
+
+
+def test_every_mode_is_defined_once_in_the_mode_table() -> None:
+    """MODE_TABLE is the one description of the modes (docs/modes.md's table is generated from it)."""
+    from lightning_halo.exchange.policy import MODE_TABLE
+
+    assert {row.mode for row in MODE_TABLE} == set(MODES)
+    assert all(row.forward and row.backward and row.traffic and row.exactness and row.method for row in MODE_TABLE)
+    plain = [row.mode for row in MODE_TABLE if not row.option]
+    assert len(plain) == len(set(plain)), "a mode without an option is described once"

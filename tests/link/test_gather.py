@@ -110,3 +110,47 @@ def test_errors_name_the_problem(cora_parts) -> None:
     with pytest.raises(ValueError, match="inner rows"):
         gather_rows(z[:10], torch.tensor([1]), exchanger=ex)
     assert gather_rows(z, torch.empty(0, dtype=torch.long), exchanger=ex).shape == (0, 2)
+
+
+
+def _twice_per_step(parts_by_step, reqs, z_full, timeout=20):
+    """Each rank binds its part of every partitioning in turn and calls gather_rows twice in each step."""
+    world = len(parts_by_step[0])
+    group = ThreadGroup(world, timeout=timeout)
+
+    def rank(r):
+        ex = HaloExchanger(group.transport(r), bits=32)
+        out = []
+        for parts in parts_by_step:
+            part = parts[r]
+            ex.bind(part)
+            ex.begin_step(training=True)
+            z = z_full.detach()[part.n_id].clone().requires_grad_(True)
+            first = gather_rows(z, reqs[r], exchanger=ex)
+            second = gather_rows(z * 2, reqs[r].flip(0), exchanger=ex)
+            (first.sum() + second.sum()).backward()
+            out.append((first.detach(), second.detach(), z.grad, part.n_id))
+        return out
+
+    return on_threads(world, rank, timeout=timeout + 10)
+
+
+def test_two_calls_per_step_on_threaded_ranks_and_a_new_partitioning(cora_parts) -> None:
+    """Every rank's row directory is its own exchanger's: two calls per step, threads for ranks, and a second
+    partitioning bound later all give z[ids] (a directory shared across ranks or kept from the first
+    partitioning fetches the wrong rows, or runs its collective on some ranks only and times out)."""
+    n, all_parts = cora_parts
+    data = load_bundled("cora")
+    other = build_halo_partitions(data, partition_graph(data.edge_index, n, 3, partitioner="random", seed=1), 3)
+    reqs = _requests(n, 3)
+    z_full = torch.randn(n, 4, dtype=torch.float64)
+    results = _twice_per_step([all_parts[3], other, all_parts[3]], reqs, z_full)
+    want_grad = sum(torch.bincount(r.reshape(-1), minlength=n).double() for r in reqs) * 3  # d(first + second)/dz
+    for step in range(3):
+        grad = torch.zeros(n, dtype=torch.float64)
+        for r, steps in enumerate(results):
+            first, second, g, n_id = steps[step]
+            assert torch.equal(first, z_full[reqs[r]]), f"rank {r}, step {step}: first call"
+            assert torch.equal(second, 2 * z_full[reqs[r].flip(0)]), f"rank {r}, step {step}: second call"
+            grad[n_id] += g[:, 0]
+        assert torch.equal(grad, want_grad), f"step {step}: gradients reach the owners"

@@ -157,7 +157,8 @@ def test_n_id_names_the_rows_of_x_as_neighbor_loader_does(num_parts: int, tmp_pa
     stored = PartitionDirectory(tmp_path)
     for p, part in enumerate(build_halo_partitions(data, parts, num_parts)):
         for batch in (part, stored.load_part(p)):
-            assert "n_id" not in batch.keys(), "derived, not stored: global_id owns the ids"
+            assert "n_id" not in batch.to_dict(), "derived, not stored: global_id owns the ids"
+            assert "n_id" in batch and torch.equal(batch["n_id"], batch.n_id), "but seen like a stored attribute"
             assert batch.n_id.dtype == torch.long and batch.n_id.size(0) == batch.x.size(0)
             assert torch.equal(batch.n_id, batch.global_id[: int(batch.n_inner)])
             assert (parts[batch.n_id] == p).all()

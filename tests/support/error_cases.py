@@ -265,7 +265,27 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
          "prediction has shape (2, 2), but this rank owns 6 nodes"),  # fmt: skip
         ("lightning-halo test without --ckpt_path", lambda: _checkpoint_for("test", None),
          "no --ckpt_path: test would run the model with its freshly initialised, random weights"),  # fmt: skip
+        ("training resumed with another HaloSchedule than the checkpoint's", _resume_with_another_schedule,
+         "cannot resume: the checkpoint was written with HaloSchedule(mode='pipelined', sync_every=5)"),  # fmt: skip
+        ("assigning batch.n_id (derived from global_id)", _assign_n_id, "is derived from global_id and n_inner"),
     ]
+
+
+def _resume_with_another_schedule() -> object:
+    """What fit(ckpt_path=...) meets with HaloSchedule("pipelined", sync_every=5) in the checkpoint and none now."""
+    from lightning_halo.callbacks.schedule import check_resume
+    from lightning_halo.exchange.policy import HaloPolicy
+
+    return check_resume(HaloPolicy("pipelined", sync_every=5), None)
+
+
+def _assign_n_id() -> object:
+    from lightning_halo.partition import build_halo_partitions, partition_graph
+
+    data = good_graph()
+    (part,) = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 1), 1)
+    part.n_id = torch.arange(6)
+    return part
 
 
 #: Runtime cases checked by multi-process tests (tests/strategy/test_errors.py, test_rank_loss.py).
