@@ -5,19 +5,20 @@ message-passing layer (:class:`HaloQuantStrategy`), keep the LightningModule ord
 
 The public names are imported on first use (``lightning_halo.HaloQuantStrategy`` imports the
 strategy, PyG and the exchange then), so that ``import lightning_halo`` and
-``lightning-halo --help`` cost little more than importing Lightning. Importing the package
+``lightning-halo --help`` import neither torch nor Lightning. Importing the package
 registers the strategy names of :data:`lightning_halo.names.STRATEGY_NAMES` with Lightning
-(``"halo_exact"``, ``"halo_1bit"``, ``"halo_8bit"``, ``"halo_quant"``, ``"halo_quant_spawn"``).
+(``"halo_exact"``, ``"halo_1bit"``, ``"halo_8bit"``, ``"halo_quant"``, ``"halo_quant_spawn"``)
+as soon as Lightning's strategies are imported (at once, if they already are).
 """
 
 from __future__ import annotations
 
 import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.strategies import StrategyRegistry
-
 import lightning_halo._mirror as _mirror
+from lightning_halo._after_import import when_imported
 from lightning_halo._lazy import lazy_module_attributes
 from lightning_halo.names import register_names
 
@@ -93,9 +94,16 @@ def _make_strategy(**init_params: Any) -> Any:
     return HaloQuantStrategy(**init_params)
 
 
+def _register(strategies: ModuleType) -> None:
+    register_names(strategies.StrategyRegistry, _make_strategy)
+
+
 # Lightning only scans its own modules, so we register our names (lightning_halo.names). The
-# registry calls ``_make_strategy(**init_params)``, exactly as it would call the class.
-register_names(StrategyRegistry, _make_strategy)
+# registry calls ``_make_strategy(**init_params)``, exactly as it would call the class. A Trainer
+# looks names up in ``lightning.pytorch.strategies``: registering as soon as that module is loaded
+# (now, if it is) means ``import lightning_halo`` alone, and ``lightning-halo --help``, import no
+# Lightning and no torch.
+when_imported("lightning.pytorch.strategies", _register)
 _mirror.install()  # lightning_halo.pytorch_lightning: the same classes on the classic namespace
 
 # Lightning 2.6 builds `torch.utils._pytree.LeafSpec()` in its own batch handling, which torch >= 2.9
