@@ -94,6 +94,15 @@ class EpochBytes(L.Callback):
         )
         self.rec.setdefault("drifts", []).append([v for _, v in trainer.strategy.halo_decisions().values()])
 
+    def on_train_end(self, trainer, pl_module):
+        # The plans belong to the bound partition, which the strategy releases at teardown (after this hook).
+        ex = trainer.strategy.exchanger
+        self.rec["plan"] = {"num_send": ex.plan().num_send, "n_halo": ex.plan().n_halo}
+        cover = ex.built_cover_plan  # built during fit by the calls that took partial sums
+        if cover is not None:
+            self.rec["cover"] = {"num_send": cover.num_send, "n_halo": cover.block,
+                                 "send_counts": list(cover.send_counts), "recv_counts": list(cover.recv_counts)}
+
 
 def _schedule(spec):
     if not spec:
@@ -183,11 +192,6 @@ def main() -> None:
         ex = trainer.strategy.exchanger
         module.rec["meter_total"] = dict(ex.meter.total)
         module.rec["meter_total_fp32"] = dict(ex.meter.total_fp32)
-        module.rec["plan"] = {"num_send": ex.plan().num_send, "n_halo": ex.plan().n_halo}
-        cover = ex.built_cover_plan  # built during fit by the calls that took partial sums
-        if cover is not None:
-            module.rec["cover"] = {"num_send": cover.num_send, "n_halo": cover.block,
-                                   "send_counts": list(cover.send_counts), "recv_counts": list(cover.recv_counts)}
         module.rec["logged"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("halo/")}
         if args.eval:
             ev = quiet_trainer(world_size, strategy=HaloQuantStrategy())
