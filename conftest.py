@@ -20,21 +20,8 @@ def _doctest_names(doctest_namespace: dict) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_process_state():
-    """Leave no distributed state behind a test.
+    """Leave no distributed state behind a test (see ``tests/support/isolation.py``)."""
+    from tests.support.isolation import isolated_process_state
 
-    An in-process ``trainer.fit`` (world size 1) initialises torch.distributed in the pytest
-    process and Lightning writes ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``... into
-    ``os.environ``. Left there, every later test's worker processes inherit that port while
-    this process still listens on it (EADDRINUSE), and rank lookups see this process's group.
-    """
-    import os
-
-    import torch.distributed as dist
-
-    saved = dict(os.environ)
-    yield
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    for key in set(os.environ) - set(saved):
-        del os.environ[key]
-    os.environ.update(saved)
+    with isolated_process_state():
+        yield

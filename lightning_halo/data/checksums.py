@@ -3,7 +3,7 @@ r"""SHA-256 of partition files, read in full once per file rather than at every 
 A manifest records the SHA-256 of every part file. Reading a whole part to check it costs a
 rank seconds per GB at every start (and, on shared storage, every rank reads at once), so a
 successful check is remembered: :class:`VerifiedFiles` keeps an empty marker file under
-``<cache>/verified/`` named by the hash and the file's identity and times (device, inode, size,
+``<cache>/.verified/`` named by the hash and the file's identity and times (device, inode, size,
 modification and change time). A later check of the same file finds the marker and reads nothing.
 
 What still fails a check, read in full again: any write to the file (it moves the change time,
@@ -51,7 +51,7 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 class VerifiedFiles:
-    """Which files were found to hold their recorded SHA-256: a marker per file version under ``<root>/verified/``.
+    """Which files were found to hold their recorded SHA-256: a marker per file version under ``<root>/.verified/``.
 
     Args:
         root (Path, optional): the cache directory (a ``HaloDataModule``'s ``cache_dir``).
@@ -65,7 +65,7 @@ class VerifiedFiles:
     """
 
     def __init__(self, root: Optional[str | os.PathLike]) -> None:
-        self.dir = Path(root) / "verified" if root is not None else None
+        self.dir = Path(root) / ".verified" if root is not None else None
 
     def matches(self, path: str | os.PathLike, sha256: str) -> bool:
         """Whether ``path`` holds ``sha256``: by its marker if this very file was checked, else by reading it."""

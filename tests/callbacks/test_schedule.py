@@ -17,6 +17,7 @@ from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from lightning_halo.exchange.policy import MODES
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph, graph_by_name
+from tests.support.isolation import isolated_process_state
 from tests.support.models import build_any, tiny_sage_module
 from tests.support.parity import TOL, load_records, run_parity
 from tests.support.stale_sim import simulate
@@ -124,10 +125,12 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     """A checkpoint after 2 epochs written with a pipelined schedule, and one written without a schedule."""
     tmp = tmp_path_factory.mktemp("ckpt")
     out = {}
-    for name, callbacks in (("pipelined", [HaloSchedule("pipelined", sync_every=2)]), ("none", [])):
-        trainer = _resume(tmp, callbacks)
-        out[name] = tmp / f"{name}.ckpt"
-        trainer.save_checkpoint(out[name])
+    # Module scope runs before the autouse per-test isolation takes its snapshot: isolate here.
+    with isolated_process_state():
+        for name, callbacks in (("pipelined", [HaloSchedule("pipelined", sync_every=2)]), ("none", [])):
+            trainer = _resume(tmp, callbacks)
+            out[name] = tmp / f"{name}.ckpt"
+            trainer.save_checkpoint(out[name])
     return out
 
 
