@@ -3,7 +3,35 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
+
+# Seconds per test folder (set-up, call and tear-down of every test in it): printed at the end of
+# every run, beside pytest's own ``--durations``, so that each CI log says where the time goes.
+_FOLDER_SECONDS: defaultdict[str, float] = defaultdict(float)
+_FOLDER_TESTS: defaultdict[str, set] = defaultdict(set)
+
+
+def _folder(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _FOLDER_SECONDS[_folder(report.nodeid)] += report.duration
+    _FOLDER_TESTS[_folder(report.nodeid)].add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _FOLDER_SECONDS:
+        return
+    terminalreporter.section("seconds per test folder")
+    total = sum(_FOLDER_SECONDS.values())
+    for folder, secs in sorted(_FOLDER_SECONDS.items(), key=lambda kv: -kv[1]):
+        share = 100 * secs / total if total else 0.0
+        terminalreporter.write_line(f"{secs:8.1f} s {share:5.1f} % {len(_FOLDER_TESTS[folder]):5d} tests  {folder}")
+    terminalreporter.write_line(f"{total:8.1f} s in all (summed test times; the wall time is pytest's last line)")
 
 
 @pytest.fixture(autouse=True)
