@@ -181,7 +181,29 @@ def read_store(path: Path) -> dict[str, Any]:
 
 
 #: What :func:`~lightning_halo.planner.plan.plan` reads from a calibration.
-RATE_KEYS = ("spmm", "dense", "elementwise_s", "codec", "step_s", "idle_bytes")
+RATE_KEYS = ("spmm", "dense", "elementwise_s", "codec", "step_s", "idle_bytes", "codec_bytes")
+
+
+def check_rates(rates: Any, source: str) -> dict[str, Any]:
+    """``rates`` if it holds every one of :data:`RATE_KEYS` as a number, else the ``ValueError`` naming what is missing.
+
+    A missing figure is never taken as 0: a calibration without ``codec_bytes`` would plan every
+    quantized run without the quantizer's compiled kernels (tens of MB a rank).
+
+    Args:
+        rates: the calibration. source (str): where it came from, for the message.
+    """
+    missing = [k for k in RATE_KEYS if not isinstance(rates, dict) or k not in rates]
+    if missing:
+        raise ValueError(
+            f"{source} is not a complete calibration: it lacks {', '.join(missing)}; write one with "
+            '`python -c "import json, lightning_halo.planner.calibrate as c; print(json.dumps(c.calibrate()))"`'
+            " (or let the planner measure this machine: leave out the calibration)"
+        )
+    bad = [k for k in RATE_KEYS if isinstance(rates[k], bool) or not isinstance(rates[k], (int, float)) or rates[k] < 0]
+    if bad:
+        raise ValueError(f"{source}: {', '.join(f'{k}={rates[k]!r}' for k in bad)} must be non-negative numbers")
+    return rates
 
 
 def read_rates(path: str | os.PathLike) -> dict[str, Any]:
@@ -195,10 +217,4 @@ def read_rates(path: str | os.PathLike) -> dict[str, Any]:
         rates = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot read the calibration {path}: {err}") from err
-    missing = [k for k in RATE_KEYS if not isinstance(rates, dict) or k not in rates]
-    if missing:
-        raise ValueError(
-            f"{path} is not a calibration: it lacks {', '.join(missing)}; write one with "
-            '`python -c "import json, lightning_halo.planner.calibrate as c; print(json.dumps(c.calibrate()))"`'
-        )
-    return rates
+    return check_rates(rates, str(path))

@@ -29,6 +29,7 @@ import math
 from typing import Optional
 
 from lightning_halo.planner.facts import Partitioning
+from lightning_halo.planner.options import check_model
 
 #: KaMinPar's working set above the process, in CSRs: ``a + b log2(P)``, plus a fixed part. Fitted on
 #: the memory benchmark's partition cells (SBM 1M / 24M, big 4M / 64M, huge 8M / 128M; 2-8 parts).
@@ -56,7 +57,7 @@ def model_params(model: str, dims: list[int]) -> int:
         >>> model_params("gcn", [10, 256, 2]), model_params("sage", [10, 256, 2])
         (3330, 6402)
     """
-    weights = 2 if model == "sage" else 1
+    weights = {"gcn": 1, "sage": 2}[check_model(model)]  # W; or W_l and W_r
     return sum(weights * a * b + b for a, b in zip(dims[:-1], dims[1:]))
 
 
@@ -76,12 +77,13 @@ def activation_bytes(model: str, dims: list[int], n: int, m: int) -> int:
         >>> activation_bytes("sage", [64, 64, 8], n=100, m=150)
         131200
     """
+    sage = check_model(model) == "sage"
     total = 0
     last = len(dims) - 2
     for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
         if layer > 0:
-            total += (m if model == "gcn" else n) * d_in * FP32
-        if model == "sage":
+            total += (n if sage else m) * d_in * FP32
+        if sage:
             total += n * d_in * FP32
         if layer < last:
             total += 2 * n * d_out * FP32

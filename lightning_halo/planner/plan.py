@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from lightning_halo.planner import memory as mem
-from lightning_halo.planner.calibrate import RATE_KEYS
+from lightning_halo.planner.calibrate import RATE_KEYS, check_rates
 from lightning_halo.planner import timing
 from lightning_halo.planner.facts import Partitioning, from_counts, from_graph
 from lightning_halo.planner.options import PLAN_PARTITIONERS, check_model, format_bytes, parse_latency, parse_rate
@@ -80,7 +80,7 @@ def plan_cell(parts: Partitioning, work: Workload, bits: int, mode: str) -> dict
     from lightning_halo.quant import row_nbytes
 
     wire = row_nbytes(work.hidden, bits) if bits < 32 else 0
-    idle, codec = int(work.rates.get("idle_bytes", 0)), int(work.rates.get("codec_bytes", 0)) if bits < 32 else 0
+    idle, codec = int(work.rates["idle_bytes"]), int(work.rates["codec_bytes"]) if bits < 32 else 0
     ranks = [
         mem.rank_memory(parts, p, work.model, work.hidden, work.layers, mode, wire, idle, codec)
         for p in range(parts.ranks)
@@ -164,6 +164,8 @@ def partitionings(
             raise ValueError(f"{graph} is a partition directory of {held} parts: it plans {held} ranks only. Leave out "
                              f"--ranks, or plan other rank counts from the graph itself (or from --nodes/--edges counts)")  # fmt: skip
         return [from_manifest(manifest)]
+    if ranks is not None and len(ranks) == 0:
+        raise ValueError("ranks is empty: give at least one rank count (e.g. ranks=[2, 4]), or None for (2, 4, 8)")
     ranks = ranks or DEFAULT_RANKS
     if graph is not None:
         return [from_graph(graph, int(p), partitioner, cache_dir) for p in ranks]
@@ -223,13 +225,15 @@ def plan(
     if rates is None:
         from lightning_halo.planner.calibrate import load_rates
 
-        rates = load_rates(threads)
+        rates = check_rates(load_rates(threads), "this machine's stored calibration")
+    else:
+        check_rates(rates, "the calibration given as rates")
     work = Workload(**{**work.__dict__, "rates": rates})
     parts_list = partitionings(graph, ranks, partitioner, counts, cut_ratio, cache_dir)
     plans = [plan_cell(parts, work, b, m) for parts in parts_list for b in bits for m in modes]
     for p in plans:
         p["fits"] = mem.fits(p["peak_bytes_per_rank"], memory)
-    steps = [row for parts in parts_list for row in partition_step(parts, int(rates.get("idle_bytes", 0)))]
+    steps = [row for parts in parts_list for row in partition_step(parts, int(rates["idle_bytes"]))]
     return {"plans": plans, "partition_step": steps, "recommendation": recommend(plans, memory),
             "assumptions": assumptions(parts_list, work, memory), "graph": _graph_facts(parts_list[0])}  # fmt: skip
 
@@ -243,6 +247,10 @@ def _checked(
     from lightning_halo.quant.format import check_bits
 
     check_model(model)
+    for name, given in (("bits", bits), ("modes", modes)):
+        if isinstance(given, (str, int)) or len(given) == 0:  # a bare 8 or "sync" is a list of one, not of digits
+            raise ValueError(f"{name} must be a non-empty list (e.g. {name}={[32, 1] if name == 'bits' else ['sync']}), "
+                             f"got {given!r}")  # fmt: skip
     check_halo_reduction(reduction)
     check_count("refresh_every", refresh_every, 1)
     for m in modes:
@@ -268,7 +276,7 @@ def assumptions(parts_list: list[Partitioning], work: Workload, memory: Optional
         "counts": sorted({p.note for p in parts_list}), "source": sorted({p.source for p in parts_list}),
         "model": work.model, "hidden": work.hidden, "layers": work.layers, "halo_reduction": work.reduction,
         "bandwidth_bytes_per_s": work.bandwidth, "latency_s": work.latency, "duplex": work.duplex,
-        "memory_per_rank": memory, "calibration": {k: rates.get(k) for k in ("key", "measured", *RATE_KEYS, "codec_bytes")},
+        "memory_per_rank": memory, "calibration": {k: rates.get(k) for k in ("key", "measured", *RATE_KEYS)},
         "not_modelled": "accuracy (1 bit and stale halos are lossy: validate them), CPU contention between ranks on "
                         "one host, memory the allocator keeps (docs/large-graphs.md#memory-arithmetic), GPU kernels",
     }  # fmt: skip

@@ -15,6 +15,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -33,6 +34,18 @@ def tiny_graph(nodes: int = 2000, degree: int = 8, features: int = 16, classes: 
     return Data(x=torch.randn(nodes, features, generator=g), edge_index=edge_index,
                 y=torch.randint(0, classes, (nodes,), generator=g), train_mask=mask < 0.6,
                 val_mask=(mask >= 0.6) & (mask < 0.8), test_mask=mask >= 0.8)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Lightning's info lines off while the tiny run trains, and its logger's level as it was afterwards (also on error)."""
+    logger = logging.getLogger("lightning.pytorch")
+    before = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def measure_step_seconds(epochs: int = 12) -> float:
@@ -58,9 +71,8 @@ def measure_step_seconds(epochs: int = 12) -> float:
             times.append(time.perf_counter() - self.start)
 
     quiet = contextlib.redirect_stdout(io.StringIO())  # the run's own report would corrupt `plan --json`
-    with tempfile.TemporaryDirectory(prefix="halo-calibrate-") as tmp, warnings.catch_warnings(), quiet:
+    with tempfile.TemporaryDirectory(prefix="halo-calibrate-") as tmp, warnings.catch_warnings(), quiet, _quiet_lightning():
         warnings.simplefilter("ignore")
-        logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
         dm = HaloDataModule(tiny_graph(), num_parts=1, cache_dir=tmp)
         model = GCN(16, 4, hidden_channels=16)
         trainer = L.Trainer(

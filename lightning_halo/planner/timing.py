@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from lightning_halo.planner.memory import FP32
+from lightning_halo.planner.options import check_model
 
 Duplex = str
 DUPLEX = ("half", "full")
@@ -47,11 +48,12 @@ def compute_seconds(model: str, dims: list[int], n: int, m: int, nnz: int, rates
         >>> round(compute_seconds("sage", [16, 32, 4], n=1000, m=1500, nnz=10000, rates=r)["total"], 6)
         0.011683
     """
+    gcn = check_model(model) == "gcn"
     spmm = dense = values = 0.0
     last = len(dims) - 2
     for layer, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
         grad_in = 1.0 if layer > 0 else 0.0  # the first layer's input needs no gradient
-        if model == "gcn":
+        if gcn:
             spmm += 2 * (nnz + m - n) * d_out  # A (X W) and A^T G on the square adjacency
             dense += 2 * m * d_in * d_out * (2 + grad_in)
         else:

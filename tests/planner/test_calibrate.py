@@ -63,3 +63,39 @@ def test_the_local_matrix_stays_near_its_diagonal() -> None:
     rows = torch.arange(1000).repeat_interleave(8)
     assert a.shape == (1000, 2000) and a._nnz() == 8000
     assert ((a.col_indices() - 2 * rows).abs() <= 16).all()
+
+
+@pytest.mark.parametrize("key", ["codec_bytes", "idle_bytes", "step_s"])
+def test_a_calibration_missing_a_figure_is_refused_not_read_as_zero(tmp_path: Path, rates, key: str) -> None:
+    """A file (or dict) without ``codec_bytes`` once planned quantized runs without the quantizer's kernels."""
+    from lightning_halo.planner.plan import plan
+
+    partial = {k: v for k, v in rates.items() if k != key}
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(partial))
+    with pytest.raises(ValueError, match=rf"partial.json is not a complete calibration: it lacks {key}"):
+        cal.read_rates(path)
+    with pytest.raises(ValueError, match=rf"the calibration given as rates is not a complete calibration: it lacks {key}"):
+        plan(counts={"num_nodes": 1000, "num_edges": 5000, "num_features": 8, "num_classes": 2}, cut_ratio=0.1,
+             ranks=[2], rates=partial)  # fmt: skip
+    with pytest.raises(ValueError, match=rf"{key}=-1 must be non-negative"):
+        cal.check_rates({**rates, key: -1}, "x")
+
+
+def test_measuring_the_step_restores_lightnings_logger_level() -> None:
+    import logging
+
+    from lightning_halo.planner.step import _quiet_lightning, measure_step_seconds
+
+    logger = logging.getLogger("lightning.pytorch")
+    before = logger.level
+    try:
+        logger.setLevel(logging.DEBUG)
+        assert measure_step_seconds(epochs=3) > 0
+        assert logger.level == logging.DEBUG, "the calibration left Lightning's logger at another level"
+        with pytest.raises(RuntimeError), _quiet_lightning():
+            assert logger.level == logging.ERROR
+            raise RuntimeError("a failed calibration run")
+        assert logger.level == logging.DEBUG, "restored after an error too"
+    finally:
+        logger.setLevel(before)

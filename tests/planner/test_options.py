@@ -32,3 +32,18 @@ def test_models_and_bytes() -> None:
     with pytest.raises(ValueError, match="no formulas for model 'gat'"):
         check_model("gat")
     assert format_bytes(1.93e9) == "1.93 GB" and format_bytes(12) == "12 B"
+
+
+def test_every_formula_refuses_a_model_it_has_none_for() -> None:
+    """Memory once took any model but "sage" for GCN, timing any but "gcn" for SAGE."""
+    from lightning_halo.planner.memory import activation_bytes, model_params
+    from lightning_halo.planner.timing import compute_seconds
+
+    r = {"spmm": 1e9, "dense": 1e10, "elementwise_s": 1e-8, "step_s": 0.0}
+    for call in (lambda: model_params("gat", [4, 8, 2]), lambda: activation_bytes("GCN", [4, 8, 2], 10, 12),
+                 lambda: compute_seconds("sage2", [4, 8, 2], 10, 12, 40, r)):  # fmt: skip
+        with pytest.raises(ValueError, match="no formulas for model"):
+            call()
+    # and the two it has differ where they should: SAGE has two weight matrices, GCN keeps halo rows
+    assert model_params("sage", [4, 8, 2]) - model_params("gcn", [4, 8, 2]) == 4 * 8 + 8 * 2
+    assert activation_bytes("gcn", [4, 8, 2], 10, 12) != activation_bytes("sage", [4, 8, 2], 10, 12)

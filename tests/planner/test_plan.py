@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -103,8 +102,23 @@ def synthetic_manifest(directory: Path, nodes: int = 4_000_000, parts: int = 8) 
 
 def test_a_4m_node_partition_directory_is_planned_from_its_manifest_fast(tmp_path: Path, rates) -> None:
     directory = synthetic_manifest(tmp_path / "big")
-    t0 = time.perf_counter()
+    # No part file exists (the manifest names 2 GB of them): a plan that read one would fail, so the
+    # plan is made from the manifest alone (a timing bound here could not fail on any machine).
+    assert len(list(directory.iterdir())) == 1, "the manifest alone"
     result = plan(str(directory), model="sage", bits=[32, 1], modes=["sync", "pipelined", "periodic"], rates=rates)
-    assert time.perf_counter() - t0 < 10.0, "the issue's target: under 10 s (the part files are never read)"
     assert len(result["plans"]) == 6 and result["assumptions"]["source"] == ["manifest"]
     assert result["plans"][0]["memory"]["part_file"] == 500 << 20
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"bits": []}, r"bits must be a non-empty list"),
+    ({"modes": []}, r"modes must be a non-empty list"),
+    ({"modes": "sync"}, r"modes must be a non-empty list"),
+    ({"bits": 8}, r"bits must be a non-empty list"),
+    ({"ranks": []}, r"ranks is empty"),
+])  # fmt: skip
+def test_empty_lists_are_refused_by_name(rates, kwargs: dict, says: str) -> None:
+    """``min([])`` once raised from deep in the recommendation; an empty ranks list became (2, 4, 8) silently."""
+    args = {"counts": COUNTS, "cut_ratio": 0.1, "ranks": [2], "rates": rates, **kwargs}
+    with pytest.raises(ValueError, match=says):
+        plan(**args)
