@@ -28,7 +28,7 @@ from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPoli
 from lightning_halo.exchange.current import release_exchanger, use_exchanger
 from lightning_halo.layers.call import Aggregation
 from lightning_halo.layers.reduction import HaloReduction
-from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError, graph_norm_warning
 from lightning_halo.layers.batchnorm import BatchNormHook
 from lightning_halo.layers.hooks import (
     LayerContext,
@@ -54,7 +54,6 @@ _UNUSED_PARAMETERS_FIX = (
     "enable DDP's detection of unused parameters: strategy=HaloQuantStrategy(find_unused_parameters=True), or in a "
     "config `--trainer.strategy.init_args.find_unused_parameters true`."
 )
-_GRAPH_NORMS = ("GraphNorm", "PairNorm", "InstanceNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm")
 
 
 def check_halo_timeout(halo_timeout: float) -> None:
@@ -404,22 +403,9 @@ class HaloQuantStrategy(DDPStrategy):
         if self.world_size == 1:  # the partition is the whole graph: every norm sees what it would alone
             return
         for name, sub in module.named_modules():
-            cls = type(sub).__name__
-            if cls == "LayerNorm" and getattr(sub, "mode", None) == "graph":
-                warnings.warn(
-                    f"{name} (torch_geometric LayerNorm, mode='graph') normalises over all nodes it sees; on a partition "
-                    "those are the rank's own nodes, so results differ from single-process training. The exact "
-                    "alternative is per-node statistics: LayerNorm(..., mode='node'), or in the "
-                    "torch_geometric.nn.models classes norm='layer_norm' with norm_kwargs={'mode': 'node'}.",
-                    stacklevel=2,
-                )
-            elif cls in _GRAPH_NORMS:
-                warnings.warn(
-                    f"{name} ({cls}) computes statistics over all nodes it sees; on a partition those are the rank's "
-                    "own nodes, not the whole graph, so results differ from single-process training. It has no "
-                    "per-node mode; node-wise norms (LayerNorm(mode='node')) are exact on partitions.",
-                    stacklevel=2,
-                )
+            message = graph_norm_warning(name, sub)  # the list and the words are the registry's
+            if message is not None:
+                warnings.warn(message, stacklevel=2)
 
     def _remove_hooks(self) -> None:
         for hook in [*self._hooks, *self._norm_hooks]:

@@ -160,3 +160,56 @@ def test_hand_written_choices_finds_what_it_should() -> None:
 def test_option_tuples_are_derived_from_their_literal(rel: str) -> None:
     tree = ast.parse((PACKAGE / rel).read_text())
     assert hand_written_choices(tree) == [], f"{rel}: derive these from the Literal with typing.get_args"
+
+
+def _pyg_class_names() -> set[str]:
+    import torch_geometric.nn as pyg_nn
+    import torch_geometric.nn.norm as pyg_norm
+
+    return {n for n in (*dir(pyg_nn), *pyg_norm.__all__) if n[:1].isupper()} | {"LayerNorm", "BatchNorm"}
+
+
+def layer_name_lists(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of tuple/list/set literals (and dict keys) holding two or more of ``names``: hand-written layer lists."""
+    exports = {id(a.value) for a in ast.walk(tree) if isinstance(a, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "__all__" for t in a.targets)}  # fmt: skip
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in exports:  # a module's own exports may share a PyG name (models.GCN)
+            continue
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else node.keys if isinstance(node, ast.Dict) else []
+        strings = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if sum(s in names for s in strings) >= 2:
+            found.append(node.lineno)
+    return found
+
+
+def test_layer_name_lists_finds_what_it_should() -> None:
+    tree = ast.parse('A = ("GraphNorm", "PairNorm")\nB = {"GCNConv": 1, "x": 2, "SAGEConv": 3}\nC = ("GraphNorm", "x")\n'
+                     '__all__ = ["GCNConv", "SAGEConv"]')
+    assert layer_name_lists(tree, {"GraphNorm", "PairNorm", "GCNConv", "SAGEConv"}) == [1, 2]
+
+
+def test_layer_lists_live_only_in_the_registry() -> None:
+    """The strategy once kept its own list of graph norms beside the registry that docs/layers.md is made from
+    (issue 36): every list of PyG layer names is the registry's, and the rest of the package asks it."""
+    names = _pyg_class_names()
+    offenders = {rel: lines for rel, tree in _modules() if rel != "layers/registry.py"
+                 if (lines := layer_name_lists(tree, names))}  # fmt: skip
+    assert offenders == {}, "derive these from lightning_halo.layers.registry"
+
+
+def test_reasons_are_compared_as_members_not_as_text() -> None:
+    """call.py once branched on reason strings: rewording one would have changed what the report says."""
+    from lightning_halo.layers.reasons import EdgeIndexReason, ReductionReason
+
+    texts = {r.value for r in (*EdgeIndexReason, *ReductionReason)} | {"one process", "not on the fused path"}
+    for rel in ("layers/call.py", "layers/reduction.py", "layers/reasons.py", "strategy.py"):
+        tree = ast.parse((PACKAGE / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                consts = [c for o in operands for c in ast.walk(o) if isinstance(c, ast.Constant)]
+                assert not any(c.value in texts for c in consts), f"{rel}:{node.lineno} compares a reason's text"
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant):
+                assert node.value.value not in texts, f"{rel}:{node.lineno} returns a reason as text"

@@ -34,6 +34,14 @@ def layers_table() -> str:
     return "\n".join(lines)
 
 
+def graph_norms_table() -> str:
+    from lightning_halo.layers.registry import graph_norm_table
+
+    lines = ["| PyG norm | why it differs on a partition | exact alternative |", "|---|---|---|"]
+    lines += [f"| `{name}` | {why} | {alternative} |" for name, why, alternative in graph_norm_table()]
+    return "\n".join(lines)
+
+
 def modes_table() -> str:
     from lightning_halo.exchange.policy import MODE_TABLE
 
@@ -83,6 +91,7 @@ def console(old: str) -> str:
 
 SECTIONS: dict[str, tuple[str, Callable[[str], str]]] = {
     "layers": ("docs/layers.md", lambda old: layers_table()),
+    "graph-norms": ("docs/layers.md", lambda old: graph_norms_table()),
     "errors": ("docs/errors.md", lambda old: errors_table()),
     "modes": ("docs/modes.md", lambda old: modes_table()),
     "cli-help": ("docs/cli.md", console),

@@ -34,7 +34,8 @@ from torch.nn import Module
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
 from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
-from lightning_halo.layers.reduction import STORED_INPUT, HaloReduction, ReductionChoice, choose_reduction
+from lightning_halo.layers.reasons import SILENT_REDUCTIONS, EdgeIndexReason, ReductionReason
+from lightning_halo.layers.reduction import HaloReduction, ReductionChoice, choose_reduction
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.
@@ -62,11 +63,17 @@ class AggregationChoice:
     """The fused kernel's aggregation (``reduce``), or ``None`` and why the call runs on ``edge_index``."""
 
     reduce: Optional[Reduce]
-    why: str = ""
+    reason: Optional[EdgeIndexReason] = None
+    about: str = ""  # the aggregation a reason is about (the one that could not fuse)
 
     @property
     def fused(self) -> bool:
         return self.reduce is not None
+
+    @property
+    def why(self) -> str:
+        """The reason in words (empty when it fuses)."""
+        return "" if self.reason is None else self.reason.text(self.about)
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ class LayerCall:
     max_propagations: Optional[int]
     sparse_values: Optional[Tensor] = None
     edge_arguments: Mapping[str, Tensor] = field(default_factory=dict)
-    reduction: ReductionChoice = ReductionChoice(False, "halo_reduction='none'")
+    reduction: ReductionChoice = ReductionChoice(False, ReductionReason.OPTION)
 
     @property
     def direction(self) -> Direction:
@@ -135,12 +142,12 @@ class LayerCall:
             how += ", halo exchanged before every propagation"
         if self.normalization is not None:
             how += f", {self.normalization.rule} normalisation with global degrees"
-        why = self.reduction.why
+        reason, why = self.reduction.reason, self.reduction.why
         if self.reduction.cover:
             how += ", halo partial sums where fewer rows cross (vertex cover)"
-        elif why == STORED_INPUT:
+        elif reason is ReductionReason.STORED_INPUT:
             how += f", {why} (nothing crosses)"
-        elif why not in ("one process", "halo_reduction='none'"):
+        elif reason not in SILENT_REDUCTIONS:
             how += f", every halo row ({why})"
         return how + (" [reversed edges]" if self.direction == "out" else "")
 
@@ -284,23 +291,20 @@ def choose_normalization(
 # ---------------------------------------------------------------------- 5. aggregation
 def _why_not_fused(
     spec: LayerSpec, module: Module, reduce: Optional[Reduce], weight: Optional[Tensor], flipped: bool, on_cuda: bool
-) -> str:
+) -> Optional[EdgeIndexReason]:
     if reduce is None and spec.sparse_reduce is not None and not class_propagate_fuses(type(module)):
-        return (
-            "PyG generated its class's propagate without the fused branch (the first instance built in this "
-            "process could not fuse)"
-        )
+        return EdgeIndexReason.UNFUSED_CLASS
     if reduce is None:
-        return "it has no fused sparse aggregation in PyG (per-edge computation)"
+        return EdgeIndexReason.NO_SPARSE_PATH
     if flipped:
-        return "flow='target_to_source' (PyG has no sparse path for it)"
+        return EdgeIndexReason.FLIPPED
     if weight is not None and weight.requires_grad:
-        return "its edge weights need gradients"
+        return EdgeIndexReason.WEIGHT_GRADIENTS
     if weight is not None and reduce in ("max", "min"):
-        return f"{reduce} aggregation with edge weights"
+        return EdgeIndexReason.WEIGHTED_MIN_MAX
     if reduce in ("max", "min") and on_cuda:
-        return f"torch has no CUDA kernel for sparse {reduce}"
-    return ""
+        return EdgeIndexReason.NO_CUDA_KERNEL
+    return None
 
 
 def choose_aggregation(
@@ -317,17 +321,18 @@ def choose_aggregation(
     ``option="sparse"`` refuses a call that cannot fuse; ``"edge_index"`` never fuses.
     """
     if option == "edge_index":
-        return AggregationChoice(None, "aggregation='edge_index'")
+        return AggregationChoice(None, EdgeIndexReason.OPTION)
     reduce = spec.fused_reduce(module)
-    why = _why_not_fused(spec, module, reduce, weight, flipped, on_cuda)
-    if not why:
+    reason = _why_not_fused(spec, module, reduce, weight, flipped, on_cuda)
+    if reason is None:
         return AggregationChoice(reduce)
+    choice = AggregationChoice(None, reason, reduce or "")
     if option == "sparse":
         raise UnsupportedLayerError(
-            f"layer '{layer}' ({type(module).__name__}) cannot use the fused sparse aggregation: {why}. "
+            f"layer '{layer}' ({type(module).__name__}) cannot use the fused sparse aggregation: {choice.why}. "
             "Use HaloQuantStrategy(aggregation='auto') to run such layers on edge_index."
         )
-    return AggregationChoice(None, why)
+    return choice
 
 
 # ---------------------------------------------------------------------- all stages

@@ -25,12 +25,11 @@ from torch.nn import Module
 
 from lightning_halo.exchange.cover import CoverPlan
 from lightning_halo.layers.fused import FusedAdjacency
+from lightning_halo.layers.reasons import ReductionReason
 
 #: How halo rows cross the wire: see :class:`~lightning_halo.HaloQuantStrategy`'s ``halo_reduction``.
 HaloReduction = Literal["cover", "none"]
 HALO_REDUCTIONS: tuple[HaloReduction, ...] = get_args(HaloReduction)
-#: Why a call on the partition's input features takes every halo row: none of them crosses.
-STORED_INPUT = "its input's halo is stored in the partition"
 
 
 def check_halo_reduction(reduction: str) -> None:
@@ -40,10 +39,16 @@ def check_halo_reduction(reduction: str) -> None:
 
 @dataclass(frozen=True)
 class ReductionChoice:
-    """Whether a call receives partial sums (``cover``), or why it fetches every halo row."""
+    """Whether a call receives partial sums (``cover``), or why it fetches every halo row (``reason``)."""
 
     cover: bool
-    why: str = ""
+    reason: Optional[ReductionReason] = None
+    reduce: str = ""  # the aggregation a reason is about
+
+    @property
+    def why(self) -> str:
+        """The reason in words (empty when it receives partial sums)."""
+        return "" if self.reason is None else self.reason.text(self.reduce)
 
 
 def choose_reduction(
@@ -71,26 +76,26 @@ def choose_reduction(
             propagation step), whose halo rows the partition holds: nothing crosses, and the
             partial sums would only cost a local product.
     """
+    why: Optional[ReductionReason] = None
     if option == "none":
-        return ReductionChoice(False, "halo_reduction='none'")
-    why = ""
-    if world_size == 1:
-        why = "one process"
+        why = ReductionReason.OPTION
+    elif world_size == 1:
+        why = ReductionReason.ONE_PROCESS
     elif reduce is None:
-        why = "not on the fused path"
+        why = ReductionReason.NOT_FUSED
     elif reduce not in ("sum", "mean"):
-        why = f"{reduce} aggregation is not linear"
+        why = ReductionReason.NOT_LINEAR
     elif not linear:
-        why = "its rows pass a non-linear transform before the aggregation"
+        why = ReductionReason.NONLINEAR_TRANSFORM
     elif direction != "in":
-        why = "reversed edges"
+        why = ReductionReason.REVERSED
     elif subset:
-        why = "edges kept by dropout_edge"
+        why = ReductionReason.EDGE_SUBSET
     elif user_sparse:
-        why = "a user's sparse adjacency"
+        why = ReductionReason.USER_SPARSE
     elif stored_input:
-        why = STORED_INPUT
-    return ReductionChoice(not why, why)
+        why = ReductionReason.STORED_INPUT
+    return ReductionChoice(why is None, why, reduce or "")
 
 
 def operator_entries(adj: Tensor, reduce: str, first: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:

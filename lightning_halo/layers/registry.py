@@ -532,6 +532,63 @@ def refused_wrapper(module: Module) -> Optional[str]:
     return _REG.refused_wrappers.get(cls.__name__)
 
 
+#: PyG normalisations whose statistics span every node they see: on a partition those are the rank's own
+#: nodes, not the whole graph's, so a partitioned run differs from single-process training (warned at fit).
+#: Batch norms are exact instead (:mod:`lightning_halo.layers.batchnorm`); ``MessageNorm`` is per node.
+_GRAPH_NORMS: dict[str, str] = {
+    "DiffGroupNorm": "it batch-normalises each soft cluster of nodes over all nodes it sees",
+    "GraphNorm": "it normalises with the mean and variance over all nodes of each graph",
+    "GraphSizeNorm": "it divides by the square root of each graph's node count",
+    "HeteroBatchNorm": "its per-type batch statistics are over all nodes it sees (not made global, unlike BatchNorm)",
+    "InstanceNorm": "it normalises with the statistics over all nodes of each graph",
+    "LayerNorm": "with mode='graph' (the default) it normalises over all nodes of each graph",
+    "MeanSubtractionNorm": "it subtracts the mean over all nodes of each graph",
+    "PairNorm": "it centres and rescales with the mean and norm over all nodes",
+}
+#: The exact alternative where PyG has one.
+_GRAPH_NORM_ALTERNATIVE: dict[str, str] = {
+    "LayerNorm": "per-node statistics: LayerNorm(..., mode='node'), or in the torch_geometric.nn.models classes "
+    "norm='layer_norm' with norm_kwargs={'mode': 'node'}",
+}
+
+
+def graph_norms() -> dict[str, str]:
+    """Name -> why, for PyG's normalisations that compute statistics over the whole graph (inexact on a partition).
+
+    Example:
+        >>> "PairNorm" in graph_norms() and "MessageNorm" not in graph_norms()
+        True
+    """
+    return dict(_GRAPH_NORMS)
+
+
+def graph_norm_warning(name: str, module: Module) -> Optional[str]:
+    """The warning for ``module`` (at ``name`` in the model) if it is a graph-wide PyG norm, else ``None``.
+
+    Only PyG's own classes are matched (a user's class of the same name is not theirs); a
+    ``LayerNorm`` only in ``mode="graph"``.
+    """
+    cls = type(module)
+    why = _GRAPH_NORMS.get(cls.__name__)
+    if why is None or not cls.__module__.startswith("torch_geometric"):
+        return None
+    if cls.__name__ == "LayerNorm" and getattr(module, "mode", "graph") != "graph":
+        return None
+    alternative = _GRAPH_NORM_ALTERNATIVE.get(
+        cls.__name__, "it has no per-node mode; node-wise norms (LayerNorm(mode='node'), BatchNorm) are exact on partitions"
+    )
+    return (
+        f"{name} (torch_geometric {cls.__name__}): {why}; on a partition those are the rank's own nodes, not the "
+        f"whole graph, so results differ from single-process training. The exact alternative: {alternative}."
+    )
+
+
+def graph_norm_table() -> list[tuple[str, str, str]]:
+    """``(name, why it is inexact on a partition, the exact alternative)`` for docs/layers.md."""
+    default = "none in PyG; node-wise norms (`LayerNorm(mode='node')`, `BatchNorm`) are exact"
+    return [(name, why, _GRAPH_NORM_ALTERNATIVE.get(name, default)) for name, why in sorted(_GRAPH_NORMS.items())]
+
+
 def supported_layers() -> dict[str, LayerKind]:
     """Name -> kind of every layer class lightning-halo knows how to run (built-in and registered).
 
@@ -610,6 +667,9 @@ __all__ = [
     "check_kind",
     "class_propagate_fuses",
     "clear_caches",
+    "graph_norm_table",
+    "graph_norm_warning",
+    "graph_norms",
     "layer_table",
     "layer_kind",
     "layer_spec",

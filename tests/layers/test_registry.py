@@ -105,3 +105,40 @@ def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
     gps = nn.Sequential(GPSConv(8, GINEConv(nn.Linear(8, 8)), heads=2))
     with pytest.raises(UnsupportedLayerError, match="its local part alone is exact"):
         check_model(gps)
+
+
+def test_every_pyg_norm_is_classified() -> None:
+    """A norm PyG adds later must be looked at: graph-wide (warned), batch (made global) or per node (exact)."""
+    import torch_geometric.nn.norm as pyg_norm
+
+    from lightning_halo.layers.registry import graph_norms
+
+    exact = {"BatchNorm": "made global by layers/batchnorm.py", "MessageNorm": "per node",
+             "HeteroLayerNorm": "mode='node' only"}  # fmt: skip
+    assert set(pyg_norm.__all__) - set(graph_norms()) - set(exact) == set()
+    assert set(graph_norms()) <= set(pyg_norm.__all__), "the registry names a class PyG does not have"
+
+
+def test_graph_norm_warnings_name_the_instance_and_only_pygs_classes() -> None:
+    import torch
+    import torch_geometric.nn.norm as pyg_norm
+
+    from lightning_halo.layers.registry import graph_norm_warning
+
+    assert "PairNorm): it centres" in graph_norm_warning("net.norm", pyg_norm.PairNorm())
+    assert graph_norm_warning("n", pyg_norm.GraphNorm(4)).startswith("n (torch_geometric GraphNorm)")
+    assert "mode='node'" in graph_norm_warning("n", pyg_norm.LayerNorm(4))  # graph mode is PyG's default
+    assert graph_norm_warning("n", pyg_norm.LayerNorm(4, mode="node")) is None
+    assert graph_norm_warning("n", pyg_norm.MessageNorm()) is None
+    assert graph_norm_warning("n", type("GraphNorm", (torch.nn.Module,), {})()) is None, "a user's own class"
+
+
+def test_reasons_keep_their_words() -> None:
+    """The enums replaced strings; what the layer report and the errors print is unchanged."""
+    from lightning_halo.layers.call import AggregationChoice
+    from lightning_halo.layers.reasons import EdgeIndexReason, ReductionReason
+    from lightning_halo.layers.reduction import ReductionChoice
+
+    assert AggregationChoice(None, EdgeIndexReason.WEIGHTED_MIN_MAX, "max").why == "max aggregation with edge weights"
+    assert ReductionChoice(False, ReductionReason.NOT_LINEAR, "max").why == "max aggregation is not linear"
+    assert ReductionChoice(True).why == "" and AggregationChoice("sum").why == ""
