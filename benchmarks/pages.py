@@ -22,3 +22,17 @@ def write_section(page: Path, name: str, body: str) -> None:
         raise SystemExit(f"{page} has no GENERATED: {name} markers; add them where the section belongs")
     body = body if body.endswith("\n") else body + "\n"
     Path(page).write_text(pattern.sub(lambda m: m.group(1) + body + m.group(2), text))
+
+
+def section_body(page: Path, name: str) -> str:
+    """The text of the generated section ``name`` of ``page`` (between its markers).
+
+    Example:
+        >>> section_body(Path("docs/benchmarks.md"), "summary")  # doctest: +SKIP
+        '| target | Tolokers | cornell5 | met? |\\n...'
+    """
+    text = Path(page).read_text()
+    match = re.search(rf"<!-- BEGIN GENERATED: {re.escape(name)} -->\n(.*?)<!-- END GENERATED: {re.escape(name)} -->", text, re.S)
+    if match is None:
+        raise SystemExit(f"{page} has no GENERATED: {name} markers; add them where the section belongs")
+    return match.group(1)

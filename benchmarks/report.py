@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks.summary import BITS, MODES, summarise
+from benchmarks.summary import BITS, MODELS, MODES, summarise
 
 MODE_NAME = {"sync": "sync", "pipelined": "pipelined", "pipelined5": "pipelined + sync_every=5", "periodic": "periodic (refresh 5)"}
 PARTS = (("compute_s", "compute"), ("codec_s", "quantize/dequantize"), ("wait_s", "halo exchange wait"), ("allreduce_s", "gradient all-reduce"))
@@ -82,6 +82,21 @@ def metric(rec: dict[str, Any], which: str = "final") -> tuple[str, float]:
     if "test_auroc" in s:
         return "test ROC-AUC", s["test_auroc"]
     return "test acc", s.get("test_acc", float("nan"))
+
+
+#: A cell of the matrix itself (``gcn-b1-sync``); variants measured beside it (``gcn-b1-sync-cover``,
+#: ``-rows``, a neighbour-sampling baseline) share its model, bits and mode but are not it.
+_MATRIX_CELL = re.compile(rf"^({'|'.join(MODELS)})-b\d+-({'|'.join(MODES)})$")
+
+
+def matrix_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells of the bits × modes matrix, without the variants measured beside them.
+
+    Example:
+        >>> [c["cell"] for c in matrix_cells([{"cell": "gcn-b1-sync-cover"}, {"cell": "gcn-b1-sync"}])]
+        ['gcn-b1-sync']
+    """
+    return [c for c in cells if _MATRIX_CELL.match(c.get("cell", ""))]
 
 
 def find(cells: list[dict[str, Any]], **kw: Any) -> dict[str, Any] | None:
@@ -328,7 +343,8 @@ def cell_table(cells: list[dict[str, Any]]) -> str:
 def targets(graph: str, cells: list[dict[str, Any]]) -> str:
     lines = []
     for nodes, rate in sorted({(c["nodes"], c["rate"]) for c in cells if "bits" in c and c.get("nodes", 0) == 2}):
-        sel = [c for c in cells if (c.get("nodes"), c.get("rate")) == (nodes, rate) and not c.get("cell", "").endswith("neighbor")]
+        # the matrix's own cells: find() would otherwise take a variant (gcn-b1-sync-cover sorts first)
+        sel = [c for c in matrix_cells(cells) if (c.get("nodes"), c.get("rate")) == (nodes, rate)]
         for model in ("gcn", "sage", "gat"):
             s32, s1 = find(sel, model=model, bits=32, mode="sync"), find(sel, model=model, bits=1, mode="sync")
             p1 = find(sel, model=model, bits=1, mode="pipelined")
