@@ -32,8 +32,23 @@ def test_the_registry_given_to_register_strategies_is_of_the_registry_class() ->
 
 
 def test_other_launchers_are_left_alone() -> None:
-    stop_launched_ranks(None)
-    stop_launched_ranks(object())
+    """Ranks started by torchrun or SLURM are theirs: a launcher of another kind keeps its processes alive."""
+
+    class OtherLauncher:  # has procs like Lightning's, but is not its subprocess launcher
+        def __init__(self, procs: list) -> None:
+            self.procs = procs
+
+        def kill(self, signum: int) -> None:
+            raise AssertionError("stop_launched_ranks must not kill another launcher's processes")
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for launcher in (None, object(), OtherLauncher([sleeper])):
+            stop_launched_ranks(launcher, grace_s=0.1)
+        assert sleeper.poll() is None, "a process that is not the launcher's was stopped"
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
 
 
 def test_lightning_records_a_compiled_module_it_unwraps() -> None:
