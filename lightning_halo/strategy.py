@@ -356,6 +356,23 @@ class HaloQuantStrategy(DDPStrategy):
         except RuntimeError:  # not attached to a Trainer
             return None
 
+    @override
+    def load_checkpoint(self, checkpoint_path: Union[str, os.PathLike], **kwargs: Any) -> dict[str, Any]:
+        """Lightning's loading, with an error that names the file when it cannot be read.
+
+        Raises:
+            RuntimeError: the checkpoint is truncated or corrupt (nothing has been written yet).
+        """
+        try:
+            return super().load_checkpoint(checkpoint_path, **kwargs)
+        except (RuntimeError, EOFError, OSError, ValueError) as err:
+            if isinstance(err, FileNotFoundError):
+                raise
+            raise RuntimeError(
+                f"cannot read the checkpoint {os.fspath(checkpoint_path)!r}: it is truncated or corrupt ({err}). "
+                "Nothing was trained or overwritten; resume from an earlier checkpoint (or another copy of this one)."
+            ) from err
+
     def _add_callbacks(self, trainer: pl.Trainer) -> None:
         """Traffic logging and checkpoint state are part of the strategy, not user options.
 

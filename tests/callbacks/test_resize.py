@@ -55,3 +55,27 @@ def test_checkpoint_of_another_graph_is_refused() -> None:
         cb._graph = graph  # what setup reads from the data module's graph_fingerprint
     with pytest.raises(ValueError, match=r"another graph \(fingerprint aaaa, this run's is bbbb\).*graph it was"):
         reader.load_state_dict(writer.state_dict())
+
+
+def test_truncated_checkpoint_names_the_file_and_overwrites_nothing(tmp_path) -> None:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_halo import HaloDataModule, HaloQuantStrategy
+    from tests.support.graphs import awkward_graph
+    from tests.support.lightning_models import APPNPNet
+
+    def trainer(epochs: int) -> L.Trainer:
+        return L.Trainer(strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=1, max_epochs=epochs,
+                         logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)])  # fmt: skip
+
+    dm = HaloDataModule(awkward_graph(1), cache_dir=str(tmp_path / "cache"))
+    trainer(1).fit(APPNPNet(dm.num_features, 8, dm.num_classes, k=2, dropout=0.0).double(), datamodule=dm)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:200])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ckpt").iterdir()}
+    with pytest.raises(RuntimeError, match=r"cannot read the checkpoint .*last\.ckpt.*truncated or corrupt.*earlier"):
+        trainer(2).fit(APPNPNet(dm.num_features, 8, dm.num_classes, k=2, dropout=0.0).double(), datamodule=dm,
+                       ckpt_path=str(last))  # fmt: skip
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ckpt").iterdir()} == before, "nothing may be overwritten"
