@@ -79,3 +79,26 @@ def test_truncated_checkpoint_names_the_file_and_overwrites_nothing(tmp_path) ->
         trainer(2).fit(APPNPNet(dm.num_features, 8, dm.num_classes, k=2, dropout=0.0).double(), datamodule=dm,
                        ckpt_path=str(last))  # fmt: skip
     assert {p.name: p.read_bytes() for p in (tmp_path / "ckpt").iterdir()} == before, "nothing may be overwritten"
+
+
+def test_checkpoint_of_another_model_is_refused_clearly(tmp_path) -> None:
+    """Lightning's own state_dict loading refuses another model, naming the parameter and both shapes."""
+    import lightning as L
+
+    from lightning_halo import HaloDataModule, HaloQuantStrategy
+    from tests.support.graphs import awkward_graph
+    from tests.support.lightning_models import APPNPNet
+
+    def trainer(epochs: int) -> L.Trainer:
+        return L.Trainer(strategy=HaloQuantStrategy(bits=32), accelerator="cpu", devices=1, max_epochs=epochs,
+                         logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         default_root_dir=tmp_path)  # fmt: skip
+
+    dm = HaloDataModule(awkward_graph(1), cache_dir=str(tmp_path / "cache"))
+    first = trainer(1)
+    first.fit(APPNPNet(dm.num_features, 8, dm.num_classes, k=2, dropout=0.0).double(), datamodule=dm)
+    path = tmp_path / "one.ckpt"
+    first.save_checkpoint(path)
+    with pytest.raises(RuntimeError, match=r"size mismatch for lin1\.weight.*torch\.Size\(\[8, 8\]\).*\[16, 8\]"):
+        trainer(2).fit(APPNPNet(dm.num_features, 16, dm.num_classes, k=2, dropout=0.0).double(), datamodule=dm,
+                       ckpt_path=str(path))  # fmt: skip
