@@ -249,6 +249,7 @@ class HaloQuantStrategy(DDPStrategy):
         )
         self._layers = LayerContext(self.exchanger, aggregation, halo_reduction)  # checks and owns both options
         self._policy: HaloPolicy = SYNC
+        self._state_callback: Any = None  # the HaloStateCallback attached at setup (its sync_epoch)
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
         self._norm_hooks: list[BatchNormHook] = []
@@ -355,6 +356,23 @@ class HaloQuantStrategy(DDPStrategy):
         except RuntimeError:  # not attached to a Trainer
             return None
 
+    @override
+    def load_checkpoint(self, checkpoint_path: Union[str, os.PathLike], **kwargs: Any) -> dict[str, Any]:
+        """Lightning's loading, with an error that names the file when it cannot be read.
+
+        Raises:
+            RuntimeError: the checkpoint is truncated or corrupt (nothing has been written yet).
+        """
+        try:
+            return super().load_checkpoint(checkpoint_path, **kwargs)
+        except (RuntimeError, EOFError, OSError, ValueError) as err:
+            if isinstance(err, FileNotFoundError):
+                raise
+            raise RuntimeError(
+                f"cannot read the checkpoint {os.fspath(checkpoint_path)!r}: it is truncated or corrupt ({err}). "
+                "Nothing was trained or overwritten; resume from an earlier checkpoint (or another copy of this one)."
+            ) from err
+
     def _add_callbacks(self, trainer: pl.Trainer) -> None:
         """Traffic logging and checkpoint state are part of the strategy, not user options.
 
@@ -369,6 +387,7 @@ class HaloQuantStrategy(DDPStrategy):
             state = HaloStateCallback()
             trainer.callbacks.append(state)
         state.attach(self.exchanger.state, self.global_rank, self.world_size)
+        self._state_callback = state
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -428,6 +447,8 @@ class HaloQuantStrategy(DDPStrategy):
         trainer = self._trainer()
         epoch = int(trainer.current_epoch) if trainer is not None else 0
         mode = self._policy.mode_at(epoch) if training else "sync"
+        if self._state_callback is not None and self._state_callback.sync_epoch == epoch:
+            mode = "sync"  # resumed at another process count: no stale rows to read (HaloStateCallback)
         # a run synchronous throughout never reads old halo rows: the slots do not keep them
         self.exchanger.begin_step(
             training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync",

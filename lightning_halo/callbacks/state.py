@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from typing_extensions import override
 
 from lightning_halo.callbacks.schedule import STATE_KEY as SCHEDULE_KEY
@@ -52,6 +53,12 @@ class HaloStateCallback(Callback):
     after epoch :math:`t` with ``ckpt_path`` then continues bitwise like the uninterrupted
     run. :class:`HaloQuantStrategy` adds this callback itself.
 
+    A checkpoint written by another number of processes resumes too: the weights, optimizer,
+    schedulers, other callbacks and counters carry over (Lightning's), but the per-rank halo
+    state belongs to the old partition, so it restarts as at epoch 0 (empty slots, freshly seeded
+    generators) and the first resumed training epoch is sync (:attr:`sync_epoch`); one warning
+    says so. A checkpoint of another graph (its fingerprint) is refused.
+
     It also holds a resumed run to the checkpoint's schedule where a :class:`HaloSchedule` is on
     one side only (a checkpoint of a pipelined run resumed without one, or of a run without one
     resumed with a pipelined one); where both have one, the schedule checks itself.
@@ -69,12 +76,26 @@ class HaloStateCallback(Callback):
         self._state: Optional[ExchangeState] = None
         self._rank = 0
         self._world = 1
+        self._graph: Optional[str] = None
+        self._resized = False
+        #: A training epoch that must be sync whatever the schedule (the first after a resize), or None.
+        self.sync_epoch: Optional[int] = None
 
     def attach(self, state: ExchangeState, rank: int, world_size: int) -> None:
         """Checkpoint ``state`` (the strategy's exchange state) of rank ``rank`` of ``world_size``."""
         # No reference to the process group here: a group kept alive by a callback after the
         # strategy destroyed it would be torn down at interpreter exit, which aborts in gloo.
         self._state, self._rank, self._world = state, rank, world_size
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Before Lightning restores callback states: load_state_dict compares the graph.
+        self._graph = getattr(getattr(trainer, "datamodule", None), "graph_fingerprint", None)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._resized:  # the halo state restarted: this epoch is sync, as epoch 0 of a run is
+            self.sync_epoch, self._resized = trainer.current_epoch, False
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -85,7 +106,7 @@ class HaloStateCallback(Callback):
         if self._world > 1 and dist.is_available() and dist.is_initialized():
             states = [None] * self._world
             dist.all_gather_object(states, mine)  # the default group (its timeout is the strategy's `timeout`)
-        return {"world_size": self._world, "ranks": states}
+        return {"world_size": self._world, "ranks": states, "graph": self._graph}
 
     @override
     def on_load_checkpoint(
@@ -105,11 +126,23 @@ class HaloStateCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not state_dict or self._state is None:
             return
-        if state_dict["world_size"] != self._world:
+        saved_graph = state_dict.get("graph")
+        if saved_graph is not None and self._graph is not None and saved_graph != self._graph:
             raise ValueError(
-                f"the checkpoint holds halo state for {state_dict['world_size']} processes but this run has "
-                f"{self._world}; resume with the same number of processes (the partition depends on it)."
+                f"the checkpoint was written for another graph (fingerprint {saved_graph}, this run's is "
+                f"{self._graph}); resume with the graph it was trained on, or start a new run without ckpt_path."
             )
+        saved = int(state_dict["world_size"])
+        if saved != self._world:
+            # The partition differs: stale rows, partial sums, drift and generator streams of the
+            # old ranks mean nothing here. Restart them as at epoch 0 (a sync epoch first).
+            self._resized = True
+            rank_zero_warn(
+                f"resuming a checkpoint written by {saved} processes with {self._world}: weights, optimizer, "
+                "schedulers and counters carry over; the per-rank halo state (stale rows, partial sums, drift, "
+                "quantizer and RNG streams) restarts as at epoch 0, and the first resumed epoch is sync."
+            )
+            return
         mine = state_dict["ranks"][self._rank]
         self._state.load_state_dict(mine["exchange"])
         _set_rng_state(mine["rng"])

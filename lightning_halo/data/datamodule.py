@@ -193,6 +193,11 @@ class HaloDataModule(pl.LightningDataModule):
         return self._source.facts()
 
     @property
+    def graph_fingerprint(self) -> str:
+        """The graph's content hash (as the partition cache keys it): checkpoints record it."""
+        return str(self._facts()["fingerprint"])
+
+    @property
     def num_features(self) -> int:
         """Input feature dimension, available before ``setup`` (from the manifest, never the whole graph)."""
         return int(self._facts()["num_features"])
