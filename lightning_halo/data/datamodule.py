@@ -193,9 +193,11 @@ class HaloDataModule(pl.LightningDataModule):
         return self._source.facts()
 
     @property
-    def graph_fingerprint(self) -> str:
-        """The graph's content hash (as the partition cache keys it): checkpoints record it."""
-        return str(self._facts()["fingerprint"])
+    def graph_fingerprint(self) -> Optional[str]:
+        """The graph's content hash (as the partition cache keys it), which checkpoints record; ``None`` for a
+        partition directory whose manifest does not record it (written before fingerprints were kept)."""
+        found = self._facts().get("fingerprint")
+        return None if found is None else str(found)
 
     @property
     def num_features(self) -> int:
