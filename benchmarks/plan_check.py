@@ -2,13 +2,17 @@
 
     python -m benchmarks.plan_check                       # print the table, write the JSON
     python -m benchmarks.plan_check --page docs/benchmarks.md   # and regenerate its section
+    python -m benchmarks.plan_check --also benchmarks/results/calibrations/*.json   # and how other calibrations fare
 
 Reads only stored measurements (nothing here runs a cell): the memory benchmark's cells
 (``benchmarks/results/memory/<label>/``: real training ranks of the SBM, replayed ranks of *big*
-and *huge*, the partition step) and the testbed cells (``benchmarks/results/<graph>/2n-<rate>/``:
-GCN and SAGE, bits 32 and 1, sync and pipelined). The planner predicts each from the same counts
-(the partition statistics the memory cells recorded; the testbed graphs partitioned into the
-cells' cache, as their runs did) with this machine's stored calibration
+and *huge*, the partition step), the testbed cells (``benchmarks/results/<graph>/2n-<rate>/``:
+GCN and SAGE, bits 32 and 1, sync and pipelined) and the local 2-process cells
+(``benchmarks/results/<graph>/2n-local/``: the same, sync, over loopback). Both ranks of a testbed
+or local cell ran on this one host (the testbed's nodes are network namespaces of it), so the
+planner is told ``ranks_per_host=2``. The planner predicts each from the same counts (the
+partition statistics the memory cells recorded; the testbed graphs partitioned into the cells'
+cache, as their runs did) with this machine's stored calibration
 (:func:`lightning_halo.planner.calibrate.load_rates`). Results: ``benchmarks/results/plan_check.json``.
 """
 
@@ -31,8 +35,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 MIB = 1 << 20
 #: Targets of issue 25: |predicted / measured - 1| at most this.
 MEMORY_TOLERANCE, TIME_TOLERANCE = 0.20, 0.25
-TESTBED = [("tolokers", "100mbit"), ("cornell5", "100mbit"), ("tolokers", "1gbit")]
+TESTBED = [("tolokers", "100mbit"), ("cornell5", "100mbit"), ("tolokers", "1gbit"), ("tolokers", "local"),
+           ("cornell5", "local")]  # fmt: skip
 LATENCY = 50e-6  # the testbed shapes the rate only (no netem delay): the planner's default latency
+#: The link the local cells are planned with: loopback, unshaped (an assumption: its bytes cost little either way).
+LOCAL_LINK = "10gbit"
+#: Ranks of one testbed or local cell on one host: both nodes of the testbed are namespaces of this machine.
+RANKS_PER_HOST = 2
 
 
 def manifest_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -105,21 +114,36 @@ def testbed_rows(graph: str, rate: str, rates: dict[str, Any]) -> list[dict[str,
         config = cell["ranks"][0]["config"]
         parts = parts or testbed_partitioning(graph, int(cell["nodes"]))
         reduction = config.get("halo_reduction", "none")  # cells before partial sums sent every row
-        work = Workload(cell["model"], int(config["hidden"]), int(config["layers"]), parse_rate(cell["rate"]), LATENCY,
-                        reduction, "half", 10, rates)  # fmt: skip
+        link = parse_rate(LOCAL_LINK if cell["rate"] == "local" else cell["rate"])
+        work = Workload(cell["model"], int(config["hidden"]), int(config["layers"]), link, LATENCY, reduction, "half", 10,
+                        rates, ranks_per_host=RANKS_PER_HOST)  # fmt: skip
         p = plan_cell(parts, work, int(cell["bits"]), cell["mode"])
+        without = {name: plan_cell(parts, variant, int(cell["bits"]), cell["mode"])["epoch_seconds"]
+                   for name, variant in ablations(work).items()}  # fmt: skip
         s = cell["summary"]
         name = f"{path.stem} ({reduction if reduction == 'cover' else 'every row'})"
         base = {"graph": f"{graph} 2n {rate}", "cell": name, "source": str(path.relative_to(ROOT)),
                 "bytes_predicted": p["bytes_per_epoch"], "bytes_measured": s["bytes_per_epoch"]}  # fmt: skip
         egress = max(r["epochs"][-1]["fwd_bytes"] + r["epochs"][-1]["bwd_bytes"] for r in cell["ranks"])
         rows.append({**base, "kind": "epoch", "predicted": p["epoch_seconds"], "measured": s["epoch_s"],
-                     "terms": p["time"], "measured_terms": s["breakdown"], "egress_bytes": egress,
-                     "implied_mbit": egress * 8 / s["epoch_s"] / 1e6, "rate_mbit": parse_rate(cell["rate"]) * 8 / 1e6})  # fmt: skip
+                     "terms": p["time"], "measured_terms": s["breakdown"], "kernel_bound_s": s.get("kernel_bound_s"),
+                     "predicted_without": without,
+                     "egress_bytes": egress, "implied_mbit": egress * 8 / s["epoch_s"] / 1e6,
+                     "rate_mbit": link * 8 / 1e6, "when": cell.get("when")})  # fmt: skip
         rows.append(
             {**base, "kind": "memory", "predicted": p["peak_bytes_per_rank"], "measured": s["peak_rss_mb"] * MIB}
         )
     return rows
+
+
+def ablations(work: Workload) -> dict[str, Workload]:
+    """The cell's workload without the step overhead, without ranks sharing the host, and without either
+    (the model before calibration version 4): how much each term moves the prediction."""
+    import dataclasses
+
+    quiet = {**work.rates, "step_s": 0.0, "layer_s": 0.0, "dist_step_s": 0.0, "dist_layer_s": 0.0}
+    return {"overhead": dataclasses.replace(work, rates=quiet), "sharing": dataclasses.replace(work, ranks_per_host=1),
+            "both": dataclasses.replace(work, rates=quiet, ranks_per_host=1)}  # fmt: skip
 
 
 def check(rates: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -147,16 +171,23 @@ def _epoch_line(r: dict[str, Any]) -> str:
     t, m = r["terms"], r["measured_terms"]
     comm_p, comm_m = t["halo"] + t["allreduce"], m["wait_s"] + m["allreduce_s"]
     implied = f"**{r['implied_mbit']:.0f}**" if r["implied_mbit"] > r["rate_mbit"] else f"{r['implied_mbit']:.0f}"
+    bound, c = r.get("kernel_bound_s"), t["compute_terms"]
+    products = t["sharing"] * (c["spmm"] + c["dense"])  # what the kernel bound times: SpMMs and matmuls
+    rest = t["compute"] - products  # elementwise work and the step's overhead
+    kernels = f"{products:.3f} / {bound:.3f}" if bound is not None else f"{products:.3f} / -"
+    rest = f"{rest:.3f} / {m['compute_s'] - bound:.3f}" if bound is not None else f"{rest:.3f} / -"
     return (f"| {r['graph']} | {r['cell']} | {r['predicted']:.3f} s | {r['measured']:.3f} s | {r['ratio']:.2f} | "
-            f"{'yes' if r['met'] else '**no**'} | {t['compute']:.3f} / {m['compute_s']:.3f} | {comm_p:.3f} / {comm_m:.3f} | "
-            f"{implied} | {r['bytes_predicted'] / 1e6:.3f} / {r['bytes_measured'] / 1e6:.3f} |")  # fmt: skip
+            f"{'yes' if r['met'] else '**no**'} | {t['compute']:.3f} / {m['compute_s']:.3f} | {kernels} | {rest} | "
+            f"{comm_p:.3f} / {comm_m:.3f} | {implied} | {r['bytes_predicted'] / 1e6:.3f} / {r['bytes_measured'] / 1e6:.3f} |")  # fmt: skip
 
 
 def _table(kind: str, rows: list[dict[str, Any]]) -> list[str]:
     if kind == "epoch":
         out = ["| graph | cell | predicted | measured | predicted / measured | met? | compute s, predicted / measured | "
+               "SpMM + matmul s, predicted / measured alone | rest of the step s, predicted (elementwise + overhead) / "
+               "measured (compute - SpMM + matmul) | "
                "halo + all-reduce s, predicted / measured (wait + all-reduce) | a node's bytes per epoch / epoch, Mbit/s | "
-               "halo MB per epoch, predicted / measured |", "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+               "halo MB per epoch, predicted / measured |", "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         return out + [_epoch_line(r) for r in rows]
     out = ["| graph | cell | predicted | measured | predicted / measured | met? |", "|---|---|---:|---:|---:|---|"]
     return out + [f"| {r['graph']} | {r['cell']} | {_value(kind, r['predicted'])} | {_value(kind, r['measured'])} | "
@@ -170,8 +201,9 @@ TITLES = {
     ): "Peak memory of a training rank (the memory benchmark: a rank's own VmHWM; real ranks of the SBM, "
     "replayed ranks of big and huge; the largest rank; target: within 20 %)",
     ("memory", True): "Peak memory of a testbed rank (ru_maxrss of the whole benchmark process; target: within 20 %)",
-    ("epoch", False): "Epoch time (the slowest rank's median epoch; target: within 25 %; bold Mbit/s: more than the "
-    "link's shaping allows if every byte crossed it within the epoch)",
+    ("epoch", False): "Epoch time (the slowest rank's median epoch; target: within 25 %; SpMM + matmul measured alone: "
+    "the slowest rank's kernel bound, its SpMMs and matmuls timed after the fit; bold Mbit/s: more than the link's shaping "
+    "allows if every byte crossed it within the epoch)",
     ("partition", False): "The partition step's peak (one process; KaMinPar's coefficients were fitted on these cells)",
 }
 
@@ -179,14 +211,38 @@ TITLES = {
 def markdown(result: dict[str, Any]) -> str:
     """The generated section: one table per kind of cell, and how many are within their targets."""
     rows, cal = result["rows"], result["calibration"]
-    out = [f"Calibration used ({cal['key']}, measured {cal['measured']}): SpMM {cal['spmm'] / 1e9:.2f} G edge·features/s, "
-           f"dense {cal['dense'] / 1e9:.1f} GFLOP/s, elementwise {cal['elementwise_s'] * 1e9:.1f} ns per value, "
-           f"step overhead {cal['step_s'] * 1e3:.1f} ms, idle process {cal['idle_bytes'] / MIB:.0f} MiB.", ""]  # fmt: skip
+    out = [f"Calibration used ({cal['key']}, version {cal['version']}, measured {cal['measured']}): SpMM "
+           f"{cal['spmm'] / 1e9:.2f} G edge·features/s, dense {cal['dense'] / 1e9:.1f} GFLOP/s, elementwise "
+           f"{cal['elementwise_s'] * 1e9:.1f} ns per value, overhead per step + per layer {cal['step_s'] * 1e3:.1f} + "
+           f"{cal['layer_s'] * 1e3:.1f} ms at one rank and {cal['dist_step_s'] * 1e3:.1f} + {cal['dist_layer_s'] * 1e3:.1f} ms "
+           f"at {cal['share_ranks']} ranks, kernels {cal['share']:.2f}x slower with {cal['share_ranks']} ranks on the host's "
+           f"{cal['cores']} cores, idle process {cal['idle_bytes'] / MIB:.0f} MiB. Testbed and local cells are planned with "
+           f"{RANKS_PER_HOST} ranks per host.", ""]  # fmt: skip
     for (kind, testbed), title in TITLES.items():
         mine = [r for r in rows if r["kind"] == kind and (kind != "memory" or (" 2n " in r["graph"]) == testbed)]
         out += [f"**{title}**: {sum(r['met'] for r in mine)} of {len(mine)} cells within target.", "",
                 *_table(kind, mine), ""]  # fmt: skip
+        if kind == "epoch":
+            out += [ablation_line(mine), ""]
+            out += [f"The same cells with the calibration measured {o['measured']} ({Path(o['file']).name}): "
+                    f"{o['summary']}" for o in result.get("other_calibrations", [])]
+            out += [""] if result.get("other_calibrations") else []
     return "\n".join(out).rstrip()
+
+
+def ablation_line(rows: list[dict[str, Any]]) -> str:
+    """How many epoch cells are within target, and the median predicted / measured, with and without each term."""
+    import statistics
+
+    def summary(values: list[float]) -> str:
+        ratios = [v / r["measured"] for v, r in zip(values, rows)]
+        met = sum(abs(x - 1) <= TIME_TOLERANCE for x in ratios)
+        return f"{met} of {len(rows)} within target, median predicted / measured {statistics.median(ratios):.2f}"
+
+    return (f"With both terms: {summary([r['predicted'] for r in rows])}. Without the step overhead: "
+            f"{summary([r['predicted_without']['overhead'] for r in rows])}. Without ranks sharing the host: "
+            f"{summary([r['predicted_without']['sharing'] for r in rows])}. Without either (the model before "
+            f"calibration version 4, with these rates): {summary([r['predicted_without']['both'] for r in rows])}.")
 
 
 def write_page(page: Path, text: str) -> None:
@@ -194,12 +250,29 @@ def write_page(page: Path, text: str) -> None:
     write_section(page, "plan-check", text + "\n")
 
 
+def other_calibrations(paths: list[str]) -> list[dict[str, Any]]:
+    """The epoch cells planned with each of these calibration files: how much the figures move with the calibration."""
+    from lightning_halo.planner.calibrate import read_rates
+
+    out = []
+    for path in paths:
+        rates = read_rates(path)
+        rows = [r for r in check(rates)["rows"] if r["kind"] == "epoch"]
+        for r in rows:
+            r["ratio"] = r["predicted"] / r["measured"]
+        out.append({"file": path, "measured": rates["measured"], "summary": ablation_line(rows),
+                    "ratios": {f"{r['graph']} {r['cell']}": r["ratio"] for r in rows}})  # fmt: skip
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--page", default=None, help="regenerate this page's plan-check section (docs/benchmarks.md)")
     p.add_argument("--out", default=str(RESULTS / "plan_check.json"))
+    p.add_argument("--also", nargs="*", default=[], help="calibration files (calibrate --out) to plan the epoch cells with too")
     a = p.parse_args(argv)
     result = check()
+    result["other_calibrations"] = other_calibrations(a.also)
     Path(a.out).write_text(json.dumps(result, indent=1))
     text = markdown(result)
     if a.page:

@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         "--cut-ratio", type=float, default=None, help="counts only: the share of edges between parts (e.g. 0.3)"
     )
     p.add_argument("--threads", type=int, default=1, help="threads per rank (the calibration runs with as many)")
+    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks that share one host's cores (default: 1, a "
+                   "host per rank): their kernels slow down as calibrated, more where they oversubscribe the cores")  # fmt: skip
     p.add_argument("--recalibrate", action="store_true", help="measure this machine's kernel rates again")
     p.add_argument("--calibration", default=os.environ.get("LIGHTNING_HALO_RATES"), help="read the kernel rates from "
                    "this JSON file instead (another machine's, or fixed ones for a reproducible plan; default: "
@@ -104,6 +106,7 @@ def main(argv: list[str]) -> ExitStatus:
             args.latency, partitioner=args.partitioner, halo_reduction=args.halo_reduction, duplex=args.duplex,
             refresh_every=args.refresh_every, memory=None if args.memory is None else int(args.memory),
             counts=counts, cut_ratio=args.cut_ratio, rates=rates, threads=args.threads, cache_dir=args.cache_dir,
+            ranks_per_host=args.ranks_per_host,
         )  # fmt: skip
     print(json.dumps(result) if args.json else report(result))
     return ExitStatus.OK

@@ -1,15 +1,19 @@
-r"""Kernel rates of this machine, measured once by a short calibration, stored and reused.
+r"""Kernel rates and step overheads of this machine, measured once by a short calibration, stored and reused.
 
 :func:`calibrate` times, with the thread count the ranks will use (default one, as
 ``OMP_NUM_THREADS=1`` ranks run): the fused aggregation's sparse-dense product
 (``spmm``: edge·features per second, on a matrix with a partitioned graph's locality), a dense matmul (``dense``: flop/s), the per-value cost of
 the elementwise work around a layer (activation, dropout, bias and their backward:
 ``elementwise_s``), the quantizer (``codec``: bytes of float32 rows encoded and decoded per
-second), the fixed cost of one training step through Lightning and the strategy on a tiny graph
-(``step_s``), the resident memory of an idle process with torch, Lightning and PyG imported
-(``idle_bytes``) and what the quantizer's compiled kernels add to it (``codec_bytes``). :func:`load_rates` returns the stored figures and measures only when none
-match this host, torch version and thread count. Every figure is the shortest of a few
-repetitions: on a shared host, other work only ever adds time. The store is one JSON file:
+second), what a training step costs beyond its kernels (:mod:`lightning_halo.planner.step`):
+per step and per layer on one rank (``step_s``, ``layer_s``) and on two ranks of this host
+exchanging halos over gloo (``dist_step_s``, ``dist_layer_s``), the slowdown of the kernels
+while two ranks run them at once on this host's ``cores`` (``share``), the resident memory of
+an idle process with torch, Lightning and PyG imported (``idle_bytes``) and what the
+quantizer's compiled kernels add to it (``codec_bytes``). :func:`load_rates` returns the stored
+figures and measures only when none match this host, torch version, thread count and
+:data:`CALIBRATION_VERSION`. Every figure is the best of a few repetitions: on a shared host,
+other work only ever adds time. The store is one JSON file:
 ``$LIGHTNING_HALO_CALIBRATION``, else ``$XDG_CACHE_HOME/lightning-halo/calibration.json``
 (``~/.cache/...``).
 """
@@ -17,6 +21,7 @@ repetitions: on a shared host, other work only ever adds time. The store is one 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -25,8 +30,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-#: Bumped when what is measured changes, so that older stored figures are measured again.
-CALIBRATION_VERSION = 3
+#: Bumped when what is measured changes, so that older stored figures are measured again (4: the step
+#: overhead per step and per layer, at one and two ranks, and the slowdown of ranks sharing cores).
+CALIBRATION_VERSION = 4
+#: The command that measures this machine again and stores it (``--out FILE``: writes a file for
+#: ``plan --calibration FILE`` instead); ``lightning-halo plan ... --recalibrate`` does the same before planning.
+RECALIBRATE = "python -m lightning_halo.planner.calibrate"
+log = logging.getLogger("lightning_halo.planner")
 _IDLE = (
     "import torch, lightning, torch_geometric, lightning_halo.strategy, lightning_halo.models\n"
     "rss = lambda: [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmRSS:')][0]\n"
@@ -123,34 +133,88 @@ def measure_idle_bytes(timeout: float = 120.0) -> tuple[int, int]:
     return int(idle), max(int(codec), 0)
 
 
-def calibrate(threads: int = 1, step: bool = True, rounds: int = 3) -> dict[str, Any]:
-    """Measure every rate (about 10-20 s a round) with ``threads`` threads; see the module docstring.
+def host_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def best_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's best over ``runs``: the shortest time (``*_s``), the highest rate (the rest).
+
+    Example:
+        >>> best_of([{"spmm": 2.0, "elementwise_s": 3.0}, {"spmm": 3.0, "elementwise_s": 4.0}])
+        {'spmm': 3.0, 'elementwise_s': 3.0}
+    """
+    return {k: (min if k.endswith("_s") else max)(r[k] for r in runs) for k in runs[0]}
+
+
+def sharing_slowdown(alone: dict[str, float], together: list[dict[str, float]]) -> float:
+    """How much slower the kernels ran on ranks sharing the host than alone: the median over ``spmm``,
+    ``dense`` and ``elementwise_s`` of the slowest rank's time over the time alone (at least 1).
+
+    Example:
+        >>> alone = {"spmm": 4e9, "dense": 8e10, "elementwise_s": 1e-8}
+        >>> sharing_slowdown(alone, [{"spmm": 2e9, "dense": 8e10, "elementwise_s": 1.25e-8}, alone])  # 2x, 1x, 1.25x
+        1.25
+    """
+    ratios = sorted([alone["spmm"] / min(t["spmm"] for t in together), alone["dense"] / min(t["dense"] for t in together),
+                     max(t["elementwise_s"] for t in together) / alone["elementwise_s"]])  # fmt: skip
+    return max(ratios[1], 1.0)
+
+
+def calibrate(threads: int = 1, step: bool = True, rounds: int = 3, ranks: int = 2) -> dict[str, Any]:
+    """Measure every figure (about a minute) with ``threads`` threads per rank; see the module docstring.
 
     Args:
         threads (int, optional): torch threads, as each rank will run. (default: ``1``)
-        step (bool, optional): also time a tiny Lightning training step (``step_s``; else 0). (default: ``True``)
-        rounds (int, optional): rounds of measurement; each figure is the best of them (a busy host
-            slows some rounds down, never speeds one up). (default: ``3``)
+        step (bool, optional): also time the step overhead and the sharing of cores through real
+            Lightning runs (:mod:`~lightning_halo.planner.step`; else those figures are 0 and
+            ``share`` 1). (default: ``True``)
+        rounds (int, optional): rounds of measurement in this process; each figure is the best of
+            them (a busy host slows some rounds down, never speeds one up). (default: ``3``)
+        ranks (int, optional): processes of the multi-rank measurement. (default: ``2``)
+
+    Raises:
+        RuntimeError: the multi-rank measurement failed (its ranks' output is in the message).
     """
     import torch
 
-    from lightning_halo.planner.step import measure_step_seconds
+    from lightning_halo.planner.step import EPOCHS, LAYERS, fit_epochs, measure_ranks, overhead_fit
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    kernels, epochs = [], {layers: [] for layers in LAYERS}
     try:
-        runs = [{**measure_kernels(), "step_s": measure_step_seconds() if step else 0.0} for _ in range(max(rounds, 1))]
+        for _ in range(max(rounds, 1)):
+            kernels.append(measure_kernels())
+            for layers in LAYERS if step else ():
+                epochs[layers] += fit_epochs(layers, EPOCHS)[2:]  # the first two warm up
     finally:
         torch.set_num_threads(before)
-    rates: dict[str, Any] = {k: (min if k.endswith("_s") else max)(r[k] for r in runs) for k in runs[0]}
+    rates: dict[str, Any] = best_of(kernels)
+    rates["step_s"], rates["layer_s"] = overhead_fit({k: min(v) for k, v in epochs.items()}, 1, rates) if step else (0.0, 0.0)
+    if step:
+        per_rank = measure_ranks(ranks, threads, EPOCHS, rounds=len(kernels))
+        slowest = {layers: max(min(r["epochs"][str(layers)][2:]) for r in per_rank) for layers in LAYERS}
+        rates["dist_step_s"], rates["dist_layer_s"] = overhead_fit(slowest, ranks, rates)
+        rates["share"] = sharing_slowdown(rates, [r["kernels"] for r in per_rank])
+    else:
+        rates.update(dist_step_s=0.0, dist_layer_s=0.0, share=1.0)
     rates["idle_bytes"], rates["codec_bytes"] = measure_idle_bytes()
-    rates.update(version=CALIBRATION_VERSION, key=machine_key(threads), threads=threads, rounds=len(runs),
+    rates.update(cores=host_cores(), share_ranks=ranks if step else 1, version=CALIBRATION_VERSION,
+                 key=machine_key(threads), threads=threads, rounds=len(kernels),
                  measured=time.strftime("%Y-%m-%d %H:%M:%S"))  # fmt: skip
     return rates
 
 
 def load_rates(threads: int = 1, path: Optional[Path] = None, recalibrate: bool = False) -> dict[str, Any]:
     """The stored rates for this machine and ``threads``; measured (and stored) when missing or stale.
+
+    A stored calibration of an older :data:`CALIBRATION_VERSION` is measured again, with a
+    warning that says why (it lacks figures the planner now reads).
 
     Args:
         threads (int, optional): as for :func:`calibrate`. (default: ``1``)
@@ -161,7 +225,12 @@ def load_rates(threads: int = 1, path: Optional[Path] = None, recalibrate: bool 
     key = machine_key(threads)
     stored = read_store(path)
     entry = stored.get(key)
-    if recalibrate or not entry or entry.get("version") != CALIBRATION_VERSION:
+    stale = bool(entry) and entry.get("version") != CALIBRATION_VERSION
+    if stale:
+        log.warning("lightning-halo: the calibration stored in %s for this machine is version %s, this planner reads "
+                    "version %d (it adds the step overhead per layer and of ranks sharing cores): measuring this "
+                    "machine again (about a minute)", path, entry.get("version"), CALIBRATION_VERSION)  # fmt: skip
+    if recalibrate or not entry or stale:
         entry = calibrate(threads)
         stored[key] = entry
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,40 +250,76 @@ def read_store(path: Path) -> dict[str, Any]:
 
 
 #: What :func:`~lightning_halo.planner.plan.plan` reads from a calibration.
-RATE_KEYS = ("spmm", "dense", "elementwise_s", "codec", "step_s", "idle_bytes", "codec_bytes")
+RATE_KEYS = ("spmm", "dense", "elementwise_s", "codec", "step_s", "layer_s", "dist_step_s", "dist_layer_s", "share",
+             "cores", "threads", "share_ranks", "idle_bytes", "codec_bytes")  # fmt: skip
 
 
 def check_rates(rates: Any, source: str) -> dict[str, Any]:
-    """``rates`` if it holds every one of :data:`RATE_KEYS` as a number, else the ``ValueError`` naming what is missing.
+    """``rates`` if it is a calibration this planner reads, else the ``ValueError`` naming what is wrong and the fix.
 
-    A missing figure is never taken as 0: a calibration without ``codec_bytes`` would plan every
-    quantized run without the quantizer's compiled kernels (tens of MB a rank).
+    Refused: a calibration of another :data:`CALIBRATION_VERSION` (older ones lack figures or
+    measured them differently), one without every one of :data:`RATE_KEYS` (a missing figure is
+    never taken as 0: a calibration without ``codec_bytes`` would plan every quantized run
+    without the quantizer's compiled kernels, tens of MB a rank), or one whose figures are not
+    non-negative numbers (``share``, ``cores``, ``threads``, ``share_ranks``: at least 1).
 
     Args:
-        rates: the calibration. source (str): where it came from, for the message.
+        rates: the calibration. source (str): where it came from (a file's path), for the message.
+
+    Raises:
+        ValueError: as above; the message names ``source``, what is wrong and :data:`RECALIBRATE`.
     """
-    missing = [k for k in RATE_KEYS if not isinstance(rates, dict) or k not in rates]
+    fix = (f"measure this machine again with `{RECALIBRATE}` (`--out FILE` writes a file for --calibration), or "
+           "leave out the calibration and let the planner measure this machine")  # fmt: skip
+    if not isinstance(rates, dict):
+        raise ValueError(f"{source} is not a calibration (a JSON object of figures): {fix}")
+    version = rates.get("version", CALIBRATION_VERSION)  # a hand-written set of figures need not carry one
+    if version != CALIBRATION_VERSION:
+        raise ValueError(f"{source} is a calibration of version {version!r}; this planner reads version "
+                         f"{CALIBRATION_VERSION} (it adds the step overhead per layer and of ranks sharing cores): {fix}")  # fmt: skip
+    missing = [k for k in RATE_KEYS if k not in rates]
     if missing:
-        raise ValueError(
-            f"{source} is not a complete calibration: it lacks {', '.join(missing)}; write one with "
-            '`python -c "import json, lightning_halo.planner.calibrate as c; print(json.dumps(c.calibrate()))"`'
-            " (or let the planner measure this machine: leave out the calibration)"
-        )
-    bad = [k for k in RATE_KEYS if isinstance(rates[k], bool) or not isinstance(rates[k], (int, float)) or rates[k] < 0]
+        raise ValueError(f"{source} is not a complete calibration: it lacks {', '.join(missing)}; {fix}")
+    bad = [k for k in RATE_KEYS if isinstance(rates[k], bool) or not isinstance(rates[k], (int, float)) or rates[k] < 0
+           or (k in ("share", "cores", "threads", "share_ranks") and rates[k] < 1)]  # fmt: skip
     if bad:
-        raise ValueError(f"{source}: {', '.join(f'{k}={rates[k]!r}' for k in bad)} must be non-negative numbers")
+        raise ValueError(f"{source}: {', '.join(f'{k}={rates[k]!r}' for k in bad)} must be non-negative numbers "
+                         f"(share, cores, threads and share_ranks at least 1); {fix}")  # fmt: skip
     return rates
 
 
 def read_rates(path: str | os.PathLike) -> dict[str, Any]:
     """Rates stored in a file of their own (``plan(rates=...)``, ``lightning-halo plan --calibration FILE``).
 
-    The file holds one calibration as :func:`calibrate` returns it (or as ``plan --json``
-    prints it under ``assumptions.calibration``): another machine's figures, or fixed ones for
-    a reproducible plan.
+    The file holds one calibration as :func:`calibrate` returns it (``python -m
+    lightning_halo.planner.calibrate --out FILE`` writes one; ``plan --json`` prints it under
+    ``assumptions.calibration``): another machine's figures, or fixed ones for a reproducible plan.
+
+    Raises:
+        ValueError: the file cannot be read, or :func:`check_rates` refuses it (naming the file).
     """
     try:
         rates = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot read the calibration {path}: {err}") from err
-    return check_rates(rates, str(path))
+    return check_rates(rates, f"the calibration file {path}")
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """``python -m lightning_halo.planner.calibrate [--threads N] [--out FILE]``: measure this machine again."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Measure this machine's kernel rates and step overheads for the planner.")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default: 1)")
+    p.add_argument("--out", default=None, help="write the calibration to this file instead of the machine's store")
+    a = p.parse_args(argv)
+    if a.out:
+        Path(a.out).write_text(json.dumps(calibrate(a.threads), indent=1, sort_keys=True))
+        print(f"wrote {a.out}")
+    else:
+        load_rates(a.threads, recalibrate=True)
+        print(f"stored in {calibration_path()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,8 @@ class Workload:
         reduction (str): ``"cover"`` (halo partial sums, the strategy's default) or ``"none"``.
         duplex (str): ``"half"`` or ``"full"`` (:func:`~lightning_halo.planner.timing.exchange_seconds`).
         refresh_every (int): periodic mode's refresh interval.
+        ranks_per_host (int): ranks that share one host's cores (:func:`~lightning_halo.planner.timing.sharing_factor`).
+        rates (dict): the calibration (:func:`~lightning_halo.planner.calibrate.check_rates`).
     """
 
     model: str
@@ -47,6 +49,7 @@ class Workload:
     duplex: str = "half"
     refresh_every: int = 10
     rates: dict[str, Any] = field(default_factory=dict)
+    ranks_per_host: int = 1
 
 
 def halo_rows(parts: Partitioning, reduction: str) -> tuple[list[int], list[int]]:
@@ -87,20 +90,24 @@ def plan_cell(parts: Partitioning, work: Workload, bits: int, mode: str) -> dict
     ]
     worst = max(range(parts.ranks), key=lambda p: ranks[p]["peak"])
     dims = mem.layer_dims(parts.num_features, work.hidden, work.layers, parts.num_classes)
+    kernels_by, overhead_by = timing.sharing_factor(min(work.ranks_per_host, parts.ranks), work.rates)
     compute = [timing.compute_seconds(work.model, dims, parts.n_inner[p], parts.n_inner[p] + parts.n_halo[p],
                                       parts.edges[p] + parts.n_inner[p], work.rates) for p in range(parts.ranks)]  # fmt: skip
     slowest = max(compute, key=lambda c: c["total"])
+    kernels = slowest["total"] * kernels_by
+    overhead = timing.overhead_seconds(parts.ranks, work.layers, work.rates) * overhead_by
     recv, sent = halo_rows(parts, work.reduction)
     halo = timing.halo_seconds(recv, sent, work.hidden, work.layers, bits, work.bandwidth, work.latency, work.duplex)
     grads = mem.FP32 * mem.model_params(work.model, dims)
     allreduce = timing.allreduce_seconds(grads, parts.ranks, work.bandwidth, work.latency)
-    codec = timing.codec_seconds(max(r + s for r, s in zip(recv, sent)), work.hidden, work.layers, bits, work.rates)
-    epoch = timing.epoch_seconds(slowest["total"], halo, allreduce, codec, mode, work.refresh_every)
+    codec = kernels_by * timing.codec_seconds(max(r + s for r, s in zip(recv, sent)), work.hidden, work.layers, bits, work.rates)
+    epoch = timing.epoch_seconds(kernels + overhead, halo, allreduce, codec, mode, work.refresh_every)
     return {
         "ranks": parts.ranks, "bits": bits, "mode": mode,
         "peak_bytes_per_rank": ranks[worst]["peak"], "epoch_seconds": epoch, "bytes_per_epoch": epoch_bytes(parts, work, bits),
         "memory": ranks[worst], "memory_rank": worst,
-        "time": {"compute": slowest["total"], "compute_terms": slowest, "halo": halo, "allreduce": allreduce, "codec": codec},
+        "time": {"compute": kernels + overhead, "kernels": kernels, "overhead": overhead, "sharing": kernels_by,
+                 "compute_terms": slowest, "halo": halo, "allreduce": allreduce, "codec": codec},
         "halo_rows_received": recv, "halo_rows_sent": sent, "source": parts.source,
     }  # fmt: skip
 
@@ -186,7 +193,7 @@ def plan(
     latency: str | float = "50us", *, partitioner: str = "metis", halo_reduction: str = "cover", duplex: str = "half",
     refresh_every: int = 10, memory: Optional[int] = None, counts: Optional[dict[str, int]] = None,
     cut_ratio: Optional[float] = None, rates: Optional[dict[str, Any]] = None, threads: int = 1,
-    cache_dir: Optional[str] = None,
+    cache_dir: Optional[str] = None, ranks_per_host: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     r"""Plan a run: for every rank count, bit width and mode, the per-rank peak memory and the epoch time.
 
@@ -210,6 +217,9 @@ def plan(
         rates (dict, optional): kernel rates (default: the stored calibration, measured if missing).
         threads (int, optional): threads per rank, for the calibration. (default: ``1``)
         cache_dir (str, optional): the partition cache. (default: ``$LIGHTNING_HALO_CACHE``)
+        ranks_per_host (int, optional): ranks that share one host's cores: their kernels slow down
+            by the calibrated ``share``, and more where they ask for more cores than the host has
+            (:func:`~lightning_halo.planner.timing.sharing_factor`). (default: ``1``, a host per rank)
 
     Returns:
         ``{"plans": [...], "partition_step": [...], "recommendation": {...}, "assumptions": {...}}``.
@@ -220,7 +230,7 @@ def plan(
         '4 ranks at 32 bits, pipelined: 521 MB per rank, ~0.0582 s/epoch'
     """
     work, bits, modes = _checked(
-        model, hidden, layers, bits, modes, bandwidth, latency, halo_reduction, duplex, refresh_every
+        model, hidden, layers, bits, modes, bandwidth, latency, halo_reduction, duplex, refresh_every, ranks_per_host
     )
     if rates is None:
         from lightning_halo.planner.calibrate import load_rates
@@ -240,7 +250,7 @@ def plan(
 
 def _checked(
     model: str, hidden: int, layers: int, bits: Sequence[int], modes: Sequence[str], bandwidth: Any, latency: Any,
-    reduction: str, duplex: str, refresh_every: int,
+    reduction: str, duplex: str, refresh_every: int, ranks_per_host: int = 1,
 ) -> tuple[Workload, list[int], list[str]]:  # fmt: skip
     from lightning_halo.exchange.policy import check_count, check_mode
     from lightning_halo.layers.reduction import check_halo_reduction
@@ -253,6 +263,7 @@ def _checked(
                              f"got {given!r}")  # fmt: skip
     check_halo_reduction(reduction)
     check_count("refresh_every", refresh_every, 1)
+    check_count("ranks_per_host", ranks_per_host, 1)
     for m in modes:
         check_mode(m)
         if m == "adaptive":  # its layers switch between the two from the drift measured while training
@@ -263,9 +274,8 @@ def _checked(
     if duplex not in timing.DUPLEX:
         raise ValueError(f"duplex must be one of {timing.DUPLEX}, got {duplex!r}")
     mem.layer_dims(1, hidden, layers, 1)  # checks hidden and layers
-    work = Workload(
-        model, hidden, layers, parse_rate(bandwidth), parse_latency(latency), reduction, duplex, refresh_every
-    )
+    work = Workload(model, hidden, layers, parse_rate(bandwidth), parse_latency(latency), reduction, duplex,
+                    refresh_every, ranks_per_host=ranks_per_host)  # fmt: skip
     return work, [check_bits(b) for b in bits], list(modes)
 
 
@@ -276,9 +286,11 @@ def assumptions(parts_list: list[Partitioning], work: Workload, memory: Optional
         "counts": sorted({p.note for p in parts_list}), "source": sorted({p.source for p in parts_list}),
         "model": work.model, "hidden": work.hidden, "layers": work.layers, "halo_reduction": work.reduction,
         "bandwidth_bytes_per_s": work.bandwidth, "latency_s": work.latency, "duplex": work.duplex,
-        "memory_per_rank": memory, "calibration": {k: rates.get(k) for k in ("key", "measured", *RATE_KEYS)},
-        "not_modelled": "accuracy (1 bit and stale halos are lossy: validate them), CPU contention between ranks on "
-                        "one host, memory the allocator keeps (docs/large-graphs.md#memory-arithmetic), GPU kernels",
+        "memory_per_rank": memory, "ranks_per_host": work.ranks_per_host,
+        "calibration": {k: rates.get(k) for k in ("key", "measured", "version", *RATE_KEYS)},
+        "not_modelled": "accuracy (1 bit and stale halos are lossy: validate them), kernels slower on operand shapes "
+                        "unlike the calibration's (skinny matrices, wide inputs), memory the allocator keeps "
+                        "(docs/large-graphs.md#memory-arithmetic), GPU kernels",
     }  # fmt: skip
 
 

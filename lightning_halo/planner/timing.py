@@ -4,10 +4,19 @@ r"""Epoch time: compute from the calibrated kernel rates, communication from an 
 :mod:`lightning_halo.planner.calibrate`: the sparse-dense products of the fused aggregation
 (forward :math:`A H`, backward :math:`A^\top G`) at ``spmm`` edge·features/s, the dense
 matmuls (forward, weight and input gradients) at ``dense`` flop/s, the elementwise work around
-each layer (bias, activation, dropout and their backward) at ``elementwise_s`` per value, plus
-the fixed cost of a step (``step_s``). GCN transforms then aggregates over the rank's
+each layer (bias, activation, dropout and their backward) at ``elementwise_s`` per value. GCN transforms then aggregates over the rank's
 ``m = n + n_halo`` rows (its square adjacency adds the halo's self-loops); SAGE aggregates the
 ``d_in`` columns of the inner nodes' inputs, then applies its two linear layers.
+
+**Overhead** (:func:`overhead_seconds`): what a step costs beyond its kernels (Lightning's loop,
+the optimizer's Python, the strategy's hooks and halo bookkeeping, DDP's hooks), calibrated
+through real runs of a tiny model (:mod:`lightning_halo.planner.step`): ``step_s + L layer_s``
+on one rank, ``dist_step_s + L dist_layer_s`` on several.
+
+**Ranks sharing a host** (:func:`sharing_factor`): with :math:`k` ranks of :math:`t` threads on
+a host of :math:`c` cores, the kernels run slower by the calibrated ``share`` (measured with
+``share_ranks`` ranks at once), scaled by the oversubscription :math:`\max(1, k t / c)` relative to
+the calibration's; the overhead grows with the oversubscription only.
 
 **Communication**, α-β (Hockney; CAGNET's model): a message of :math:`b` bytes takes
 :math:`\alpha + b / \beta`. One halo exchange is one ``all_to_all``; it lasts as long as the
@@ -35,18 +44,18 @@ DUPLEX = ("half", "full")
 
 
 def compute_seconds(model: str, dims: list[int], n: int, m: int, nnz: int, rates: dict[str, Any]) -> dict[str, float]:
-    r"""Seconds of one training step's compute on a rank: ``spmm``, ``dense``, ``elementwise``, ``fixed``, ``total``.
+    r"""Seconds of one training step's kernels on a rank: ``spmm``, ``dense``, ``elementwise``, ``total``.
 
     Args:
         model (str): ``"gcn"`` or ``"sage"``. dims (list[int]): ``[F, h, ..., C]``.
         n (int): inner nodes. m (int): inner + halo nodes. nnz (int): entries of the rank's
             adjacency (in-edges + the inner diagonal).
-        rates (dict): ``spmm``, ``dense``, ``elementwise_s`` and ``step_s`` (:func:`~lightning_halo.planner.calibrate.calibrate`).
+        rates (dict): ``spmm``, ``dense`` and ``elementwise_s`` (:func:`~lightning_halo.planner.calibrate.calibrate`).
 
     Example:
-        >>> r = {"spmm": 1e9, "dense": 1e10, "elementwise_s": 1e-8, "step_s": 0.01}
+        >>> r = {"spmm": 1e9, "dense": 1e10, "elementwise_s": 1e-8}
         >>> round(compute_seconds("sage", [16, 32, 4], n=1000, m=1500, nnz=10000, rates=r)["total"], 6)
-        0.011683
+        0.001683
     """
     gcn = check_model(model) == "gcn"
     spmm = dense = values = 0.0
@@ -64,10 +73,63 @@ def compute_seconds(model: str, dims: list[int], n: int, m: int, nnz: int, rates
         "spmm": spmm / rates["spmm"],
         "dense": dense / rates["dense"],
         "elementwise": values * rates["elementwise_s"],
-        "fixed": float(rates.get("step_s", 0.0)),
     }
     out["total"] = sum(out.values())
     return out
+
+
+def overhead_seconds(ranks: int, layers: int, rates: dict[str, Any]) -> float:
+    """A step's cost beyond its kernels: ``step_s + layers * layer_s`` on one rank, the ``dist_`` pair on several.
+
+    Args:
+        ranks (int): ranks of the run. layers (int): message-passing layers.
+        rates (dict): ``step_s``, ``layer_s``, ``dist_step_s``, ``dist_layer_s`` (:func:`~lightning_halo.planner.calibrate.calibrate`).
+
+    Example:
+        >>> r = {"step_s": 0.004, "layer_s": 0.001, "dist_step_s": 0.006, "dist_layer_s": 0.005}
+        >>> overhead_seconds(1, 2, r), overhead_seconds(4, 2, r)
+        (0.006, 0.016)
+    """
+    if ranks < 1 or layers < 1:
+        raise ValueError(f"ranks and layers must be positive, got ranks={ranks}, layers={layers}")
+    step, layer = ("step_s", "layer_s") if ranks == 1 else ("dist_step_s", "dist_layer_s")
+    return rates[step] + layers * rates[layer]
+
+
+def oversubscription(ranks_per_host: int, threads: int, cores: int) -> float:
+    """How many times the host's cores are asked for: ``max(1, ranks_per_host * threads / cores)``.
+
+    Example:
+        >>> oversubscription(2, 1, 2), oversubscription(4, 1, 2)
+        (1.0, 2.0)
+    """
+    return max(1.0, ranks_per_host * threads / cores)
+
+
+def sharing_factor(ranks_per_host: int, rates: dict[str, Any]) -> tuple[float, float]:
+    """``(kernels, overhead)``: how much slower each runs with ``ranks_per_host`` ranks on one host (see the module docstring).
+
+    One rank per host: ``(1, 1)``. Several: the kernels by the calibrated ``share`` times the
+    oversubscription relative to the calibration's (``share_ranks`` ranks of ``threads`` threads
+    on ``cores`` cores), the overhead (measured with ``share_ranks`` ranks on the host) by that
+    relative oversubscription only, never below 1.
+
+    Args:
+        ranks_per_host (int): ranks that share one host's cores.
+        rates (dict): ``share``, ``share_ranks``, ``threads``, ``cores``.
+
+    Example:
+        >>> r = {"share": 1.2, "share_ranks": 2, "threads": 1, "cores": 2}
+        >>> sharing_factor(1, r), sharing_factor(2, r), sharing_factor(4, r)
+        ((1.0, 1.0), (1.2, 1.0), (2.4, 2.0))
+    """
+    if ranks_per_host < 1:
+        raise ValueError(f"ranks_per_host must be at least 1, got {ranks_per_host}")
+    if ranks_per_host == 1:
+        return 1.0, 1.0
+    cores, threads = int(rates["cores"]), int(rates["threads"])
+    more = oversubscription(ranks_per_host, threads, cores) / oversubscription(int(rates["share_ranks"]), threads, cores)
+    return float(rates["share"]) * max(more, 1.0), max(more, 1.0)
 
 
 def exchange_seconds(
@@ -147,7 +209,7 @@ def epoch_seconds(
     """The epoch as ``mode`` overlaps its parts (see the module docstring).
 
     Args:
-        compute (float): the slowest rank's compute. halo (float): one epoch's exchanges.
+        compute (float): the slowest rank's compute (kernels and overhead). halo (float): one epoch's exchanges.
         allreduce (float): the gradient all-reduce. codec (float): quantization.
         mode (str): ``"sync"``, ``"pipelined"`` or ``"periodic"``.
         refresh_every (int, optional): periodic only. (default: ``10``, ``HaloSchedule``'s)

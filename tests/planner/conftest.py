@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 #: Kernel rates of a made-up machine: the tests check arithmetic, not this host.
-RATES = {"spmm": 2e9, "dense": 5e10, "elementwise_s": 2e-8, "codec": 1e9, "step_s": 0.02, "idle_bytes": 400 << 20, "codec_bytes": 50 << 20,
-         "key": "test", "measured": "never", "version": 2}  # fmt: skip
+RATES = {"spmm": 2e9, "dense": 5e10, "elementwise_s": 2e-8, "codec": 1e9, "step_s": 0.02, "layer_s": 0.003,
+         "dist_step_s": 0.025, "dist_layer_s": 0.006, "share": 1.25, "share_ranks": 2, "cores": 2, "threads": 1,
+         "idle_bytes": 400 << 20, "codec_bytes": 50 << 20, "key": "test", "measured": "never", "version": 4}  # fmt: skip
 
 
 @pytest.fixture

@@ -61,3 +61,26 @@ def test_compute_counts_each_kernel(rates) -> None:
     assert t["total"] == pytest.approx(t["spmm"])
     assert codec_seconds(1000, 256, 2, 32, rates) == 0.0
     assert codec_seconds(1000, 256, 3, 1, rates) == pytest.approx(4 * 1000 * 256 * 4 / rates["codec"])
+
+
+def test_the_overhead_is_per_step_and_per_layer_at_one_rank_and_at_several(rates) -> None:
+    from lightning_halo.planner.timing import overhead_seconds
+
+    assert overhead_seconds(1, 3, rates) == pytest.approx(rates["step_s"] + 3 * rates["layer_s"])
+    assert overhead_seconds(2, 3, rates) == pytest.approx(rates["dist_step_s"] + 3 * rates["dist_layer_s"])
+    assert overhead_seconds(8, 2, rates) == overhead_seconds(2, 2, rates), "measured once for several ranks"
+    with pytest.raises(ValueError, match="ranks and layers must be positive"):
+        overhead_seconds(0, 2, rates)
+
+
+def test_ranks_sharing_a_host_slow_down_as_calibrated_and_as_oversubscribed(rates) -> None:
+    from lightning_halo.planner.timing import sharing_factor
+
+    # the calibration: 2 ranks of 1 thread on 2 cores ran the kernels 1.25x slower
+    assert sharing_factor(1, rates) == (1.0, 1.0)
+    assert sharing_factor(2, rates) == (pytest.approx(1.25), 1.0)
+    assert sharing_factor(4, rates) == (pytest.approx(2.5), 2.0), "4 ranks on 2 cores: twice the oversubscription"
+    on_8_cores = {**rates, "cores": 8}
+    assert sharing_factor(4, on_8_cores) == (pytest.approx(1.25), 1.0)
+    with pytest.raises(ValueError, match="ranks_per_host must be at least 1"):
+        sharing_factor(0, rates)
