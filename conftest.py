@@ -13,6 +13,18 @@ _FOLDER_SECONDS: defaultdict[str, float] = defaultdict(float)
 _FOLDER_TESTS: defaultdict[str, set] = defaultdict(set)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.support.cache import start_session
+
+    start_session()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests.support.cache import end_session
+
+    end_session()
+
+
 def _folder(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     return path.rsplit("/", 1)[0] if "/" in path else "."

@@ -15,6 +15,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def _whole_run(config: pytest.Config) -> bool:
+    """Whether this run selects every test of ``tests/`` (no paths below it, no ``-k``, ``-m`` or deselection)."""
+    root = Path(str(config.rootpath))
+    paths = [Path(config.invocation_params.dir, a.split("::")[0]).resolve() for a in config.args]
+    whole = config.args_source != pytest.Config.ArgsSource.ARGS or all(p in (root, root / "tests") for p in paths)
+    return whole and not config.option.keyword and not config.option.markexpr and not config.getoption("deselect")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every configuration the suite launched in real processes before it was sped up must still be
+    # launched (tests/support/launches.py); checked only where the whole suite ran and passed.
+    if exitstatus != 0 or not _whole_run(session.config):
+        return
+    from tests.support.launches import LIST, missing
+
+    lost = missing()
+    if lost:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{len(lost)} configurations of {LIST.name} were not launched by this run:"]
+        lines += [f"  {entry['key']}  (listed from {entry['test']})" for entry in lost]
+        (reporter.write_line if reporter else print)("\n".join(lines))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def lightning_halo_cli(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     """``lightning-halo *args`` in this process, in ``tmp_path`` with a cache of its own (the console script

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.support.launch import run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +21,7 @@ def test_generate_partition_train_report(tmp_path: Path) -> None:
         env.pop(key, None)
 
     def bench(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.memory", *args], env=env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=600)  # fmt: skip
+        done = run_module("benchmarks.memory", list(args), env, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout
 

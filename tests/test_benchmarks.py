@@ -5,32 +5,29 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.launch import run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _harness(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    """Environment writing results and caches under tmp_path, and the harness command."""
+    """Environment writing results and caches under tmp_path, and the harness module."""
     env = dict(os.environ, LIGHTNING_HALO_BENCH_RESULTS=str(tmp_path / "results"), LIGHTNING_HALO_CACHE=str(tmp_path / "cache"),
                PYTHONPATH=str(ROOT))  # fmt: skip
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
         env.pop(key, None)
-    return env, [sys.executable, "-m", "benchmarks.harness"]
+    return env, ["benchmarks.harness"]  # run by tests.support.launch.run_module
 
 
 @pytest.mark.multiprocess
 def test_one_cell_and_report(tmp_path: Path) -> None:
     env, harness = _harness(tmp_path)
-    cell = subprocess.run(
-        [*harness, "cell", "--graph", "cora", "--model", "sage", "--bits", "2", "--mode", "pipelined5", "--epochs", "5",
-         "--nodes", "2", "--local", "--sparse", "--label", "cora-sparse"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    cell = run_module(harness[0], ["cell", "--graph", "cora", "--model", "sage", "--bits", "2", "--mode", "pipelined5", "--epochs", "5",
+         "--nodes", "2", "--local", "--sparse", "--label", "cora-sparse"], env, timeout=600)  # fmt: skip
     assert cell.returncode == 0, cell.stdout[-3000:] + cell.stderr[-3000:]
     rec = json.loads((tmp_path / "results" / "cora-sparse" / "2n-local" / "sage-b2-pipelined5.json").read_text())
     assert rec["graph"] == "cora" and all(r["config"]["sparse"] for r in rec["ranks"])
@@ -40,15 +37,14 @@ def test_one_cell_and_report(tmp_path: Path) -> None:
     assert set(s["breakdown"]) == {"compute_s", "codec_s", "wait_s", "allreduce_s"}
     assert [e["mode"] for e in rec["ranks"][0]["epochs"]] == ["sync", "pipelined", "pipelined", "pipelined", "pipelined"]
     # a cell that fails (here: an invalid bit width) is recorded, reported, and does not stop the harness
-    bad = subprocess.run([*harness, "cell", "--graph", "cora", "--model", "gcn", "--bits", "3", "--epochs", "2", "--nodes", "2", "--local"],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    bad = run_module(harness[0], ["cell", "--graph", "cora", "--model", "gcn", "--bits", "3", "--epochs", "2", "--nodes", "2", "--local"], env, timeout=600)  # fmt: skip
     assert bad.returncode == 0 and "FAILED" in bad.stdout, bad.stdout[-3000:] + bad.stderr[-3000:]
     failed = json.loads((tmp_path / "results" / "cora" / "2n-local" / "gcn-b3-sync.json").read_text())
     assert "bits" in failed["failed"] and "summary" not in failed
     page = tmp_path / "benchmarks.md"
     page.write_text("# B\n<!-- BEGIN GENERATED: results -->\n<!-- END GENERATED: results -->\n")
     pytest.importorskip("matplotlib")
-    report = subprocess.run([*harness, "report", "--page", str(page)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = run_module(harness[0], ["report", "--page", str(page)], env, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     text = page.read_text()
     assert "sage" in text and "pipelined + sync_every=5" in text
@@ -61,8 +57,8 @@ def test_one_cell_and_report(tmp_path: Path) -> None:
 def test_scale_and_soak_commands(tmp_path: Path) -> None:
     """``scale`` partitions a generated graph through the DataModule's cache, then trains on it; ``soak`` summarises RSS."""
     env, harness = _harness(tmp_path)
-    scale = subprocess.run([*harness, "scale", "--graph", "sbm:4000", "--ranks", "2", "--scale-bits", "1", "--models", "sage",
-                            "--epochs", "2", "--local"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    scale = run_module(harness[0], ["scale", "--graph", "sbm:4000", "--ranks", "2", "--scale-bits", "1", "--models", "sage",
+                            "--epochs", "2", "--local"], env, timeout=600)  # fmt: skip
     assert scale.returncode == 0, scale.stdout[-3000:] + scale.stderr[-3000:]
     part = json.loads((tmp_path / "results" / "sbm-4000" / "partition.json").read_text())
     assert part["nodes"] == 4000 and part["edges"] == 4000 * 12 * 2
@@ -70,8 +66,7 @@ def test_scale_and_soak_commands(tmp_path: Path) -> None:
     rec = json.loads((tmp_path / "results" / "sbm-4000" / "2n-local" / "sage-b1-sync.json").read_text())
     assert len(rec["ranks"]) == 2 and rec["summary"]["bytes_per_epoch"] > 0
 
-    soak = subprocess.run([*harness, "soak", "--graph", "cora", "--models", "gcn", "--epochs", "24", "--nodes", "2", "--local"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    soak = run_module(harness[0], ["soak", "--graph", "cora", "--models", "gcn", "--epochs", "24", "--nodes", "2", "--local"], env, timeout=600)  # fmt: skip
     assert soak.returncode == 0, soak.stdout[-3000:] + soak.stderr[-3000:]
     report = json.loads((tmp_path / "results" / "cora" / "2n-local" / "gcn-soak24-summary.json").read_text())
     assert report["epochs"] == 24 and len(report["ranks"]) == 2
@@ -143,11 +138,8 @@ def test_reduction_benchmark_counts_rows_and_renders(tmp_path, monkeypatch) -> N
 def test_pipeline_cost_pairs_split_the_step_into_phases(tmp_path: Path) -> None:
     """benchmarks.pipeline_cost: one A/B pair of local cells, the step's phases, the ratio and the page section."""
     env, _ = _harness(tmp_path)
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline_cost", "run", "--graph", "cora", "--models", "gcn", "--layers", "3",
-         "--epochs", "5", "--repeats", "1", "--local"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    run = run_module("benchmarks.pipeline_cost", ["run", "--graph", "cora", "--models", "gcn", "--layers", "3",
+         "--epochs", "5", "--repeats", "1", "--local"], env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = json.loads((tmp_path / "results" / "pipeline-cost" / "summary.json").read_text())
     assert len(rows) == 1 and rows[0]["order"] == ["sync", "pipelined"] and set(rows[0]["ratios"]) == {"pipelined"}
@@ -160,7 +152,6 @@ def test_pipeline_cost_pairs_split_the_step_into_phases(tmp_path: Path) -> None:
     assert pair["ratio"] == pytest.approx(pair["pipelined"]["epoch_s"] / pair["sync"]["epoch_s"])
     page = tmp_path / "benchmarks.md"
     page.write_text("# B\n<!-- BEGIN GENERATED: pipeline-cost -->\n<!-- END GENERATED: pipeline-cost -->\n")
-    report = subprocess.run([sys.executable, "-m", "benchmarks.pipeline_cost", "report", "--page", str(page)], env=env,
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    report = run_module("benchmarks.pipeline_cost", ["report", "--page", str(page)], env, timeout=120)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "| cora | gcn | 1 | 3 | 2 nodes, local | 1 | pipelined |" in page.read_text()

@@ -14,17 +14,19 @@ import argparse
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.launch import run_forked  # noqa: E402  (the repository root is on the path now)
 #: The kernel rates `lightning-halo plan` examples use (this repository's calibration, not the
 #: machine's that regenerates the page), so that the pages are the same everywhere.
 RATES = ROOT / "benchmarks" / "results" / "calibration.json"
+#: What the ``lightning-halo`` commands import, once for all of them (:func:`benchmarks.launch.run_forked`).
+PRELOAD = ("torch", "lightning", "torch_geometric", "lightning_halo.cli", "lightning_halo.planner", "jsonargparse")
 
 def layers_table() -> str:
     from lightning_halo.layers.registry import layer_table
@@ -80,8 +82,9 @@ def console(old: str) -> str:
             env.pop(key, None)
         for command in commands:
             args = shlex.split(command)[1:]
-            run = subprocess.run([sys.executable, "-m", "lightning_halo.cli", *args], cwd=tmp, env=env,
-                                 capture_output=True, text=True, timeout=600)  # fmt: skip
+            # forked from one preloaded server: each command prints what a fresh interpreter would,
+            # without paying its imports again (a fresh one each: LIGHTNING_HALO_FRESH_WORKERS=1)
+            run = run_forked(["-m", "lightning_halo.cli", *args], env, Path(tmp), PRELOAD, timeout=600)
             if run.returncode != 0:
                 raise SystemExit(f"'{command}' failed:\n{run.stdout}{run.stderr}")
             text = (run.stdout + run.stderr).replace(str(Path(tmp) / "cache"), "~/.cache/lightning_halo")
@@ -113,10 +116,10 @@ def render(text: str, name: str, body: str) -> str:
     return text[: match.start(2)] + body + "\n" + text[match.end(2) :]
 
 
-def main() -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     stale = []
     for name, (path, make) in SECTIONS.items():
         file = ROOT / path

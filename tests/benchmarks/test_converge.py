@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.launch import run_module
 from benchmarks.converge import common_target, run_curve, summarise_group, time_to_target, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,10 +79,9 @@ def test_local_run_stops_every_rank_at_the_same_epoch_and_reports(tmp_path: Path
                PYTHONPATH=str(ROOT))  # fmt: skip
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS"):
         env.pop(key, None)
-    cmd = [sys.executable, "-m", "benchmarks.converge"]
-    run = subprocess.run([*cmd, "run", "--local", "--graphs", "cora", "--models", "gcn", "--methods", "b1-pipelined", "neighbor",
-                          "single", "--seeds", "0", "--patience", "3", "--budget", "cora=60"],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    run = run_module("benchmarks.converge", ["run", "--local", "--graphs", "cora", "--models", "gcn", "--methods",
+                     "b1-pipelined", "neighbor", "single", "--seeds", "0", "--patience", "3", "--budget", "cora=60"],
+                     env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = tmp_path / "results" / "converge" / "cora"
     for path in (out / "2n-local" / "gcn-b1-pipelined-s0.json", out / "2n-local" / "gcn-neighbor-s0.json"):
@@ -101,8 +99,8 @@ def test_local_run_stops_every_rank_at_the_same_epoch_and_reports(tmp_path: Path
     page = tmp_path / "docs" / "benchmarks.md"
     page.parent.mkdir()
     page.write_text("# B\n<!-- BEGIN GENERATED: converge -->\n<!-- END GENERATED: converge -->\n")
-    rep = subprocess.run([*cmd, "report", "--graphs", "cora", "--rates", "local", "--models", "gcn", "--page", str(page)],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    rep = run_module("benchmarks.converge", ["report", "--graphs", "cora", "--rates", "local", "--models", "gcn", "--page",
+                     str(page)], env, timeout=300)  # fmt: skip
     assert rep.returncode == 0, rep.stderr[-3000:]
     text = page.read_text()
     assert "### cora, 2 nodes at local" in text and "common target" in text

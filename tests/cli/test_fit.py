@@ -65,7 +65,7 @@ def test_logged_config_keeps_metrics_checkpoints_and_config_in_its_run_folder(tm
     )  # fmt: skip
     assert epoch_lines(output) == ["0", "1", "2"]
     run = tmp_path / "lightning_logs" / "gcn_1bit" / "version_0"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "lightning_logs"], "nothing else in the working directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lightning_logs"], "nothing else in the working directory"
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     # log_every_n_steps=1 (the command's default): the step-level train_loss of every epoch reaches the logger

@@ -1,23 +1,27 @@
-"""Quantized halos keep accuracy on Cora (mean of 3 seeds, 100 epochs, 2 processes).
+"""Quantized halos keep accuracy on Cora (mean of 3 seeds, 2 processes).
 
 One launch per model trains every run the tests compare (exact, 1-bit sync, 1-bit pipelined
-with sync_every=5, three seeds each); the tests assert on its records.
+with sync_every=5, three seeds each: :mod:`tests.support.accuracy`); the tests assert on its
+records. They train for ``EPOCHS``: ``benchmarks/results/accuracy_epochs.json``
+(``python -m benchmarks.accuracy_epochs``) stores the same runs at 25 to 100 epochs, and every
+assertion is decided at ``EPOCHS`` as it is at 100 (checked below from the stored accuracies).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from tests.support.accuracy import MODELS, RUNS, SEEDS, checks, means
 from tests.support.launch import check, run_workers
 
-SEEDS = (0, 1, 2)
-EPOCHS = 100  # the gaps and accuracies measured at 200 epochs were the same within 0.5 pp
-RUNS = {"exact": "32:{seed}", "one_bit": "1:{seed}", "pipelined": "1:{seed}:pipelined:5"}
+EPOCHS = 25
+STORED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "accuracy_epochs.json"
 
 
-@pytest.fixture(scope="module", params=["gcn", "appnp", "gcnii"])
+@pytest.fixture(scope="module", params=MODELS)
 def accuracy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
     """Mean test accuracy of each kind of run for one model; the model name under ``"model"``."""
     out = tmp_path_factory.mktemp(f"accuracy-{request.param}")
@@ -25,9 +29,8 @@ def accuracy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     args = ["tests/workers/accuracy_worker.py", "--out", str(out), "--model", request.param, "--epochs", str(EPOCHS)]
     check(run_workers([*args, "--runs", *runs], 2, timeout=1800))
     acc = json.loads((out / "accuracy.json").read_text())
-    means = {kind: sum(acc[run.format(seed=s)] for s in SEEDS) / len(SEEDS) for kind, run in RUNS.items()}
-    print(f"{request.param} Cora test accuracy, mean of {len(SEEDS)} seeds: {means} (runs: {acc})")
-    return {"model": request.param, **means}
+    print(f"{request.param} Cora test accuracy at {EPOCHS} epochs, mean of {len(SEEDS)} seeds: {means(acc)} (runs: {acc})")
+    return {"model": request.param, **means(acc)}
 
 
 @pytest.mark.multiprocess
@@ -35,9 +38,9 @@ def accuracy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def test_one_bit_accuracy_close_to_exact(accuracy: dict) -> None:
     """GCN within 1.5 pp; APPNP (10 propagations in one layer) and GCNII (8 GCN2Conv layers,
     initial residual) within 1 pp."""
-    assert accuracy["exact"] > 0.75, accuracy  # the exact run itself must have learned something
-    tol = 0.015 if accuracy["model"] == "gcn" else 0.01
-    assert abs(accuracy["one_bit"] - accuracy["exact"]) <= tol, accuracy
+    result = checks(accuracy["model"], accuracy)
+    assert result["exact_learns"][0], accuracy  # the exact run itself must have learned something
+    assert result["one_bit_close_to_exact"][0], accuracy
 
 
 @pytest.mark.multiprocess
@@ -45,8 +48,19 @@ def test_one_bit_accuracy_close_to_exact(accuracy: dict) -> None:
 def test_pipelined_one_bit_close_to_sync(accuracy: dict) -> None:
     """Pipelined 1-bit (sync every 5 epochs): GCN within 2 pp of 1-bit sync; the multi-step
     layers within 1 pp of exact."""
-    assert accuracy["one_bit"] > 0.75, accuracy
-    if accuracy["model"] == "gcn":
-        assert abs(accuracy["pipelined"] - accuracy["one_bit"]) <= 0.02, accuracy
-    else:
-        assert abs(accuracy["pipelined"] - accuracy["exact"]) <= 0.01, accuracy
+    result = checks(accuracy["model"], accuracy)
+    assert result["one_bit_learns"][0], accuracy
+    assert result["pipelined_close"][0], accuracy
+
+
+def test_stored_runs_decide_at_these_epochs_as_at_the_longest() -> None:
+    """The epoch count above is backed by stored runs: for every model, each assertion holds or fails
+    at ``EPOCHS`` exactly as at the longest stored count (recomputed from the stored accuracies)."""
+    stored = json.loads(STORED.read_text())
+    assert stored["seeds"] == list(SEEDS) and stored["ranks"] == 2
+    for model in MODELS:
+        cells = {c["epochs"]: c for c in stored["cells"] if c["model"] == model}
+        assert EPOCHS in cells and max(cells) >= 100, (model, sorted(cells))
+        decided = {e: {k: h for k, (h, _) in checks(model, means(c["runs"])).items()} for e, c in cells.items()}
+        assert decided[EPOCHS] == decided[max(cells)], (model, decided)
+        assert all(decided[max(cells)].values()), (model, "the longest stored run must pass every assertion")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.shared import find_shared
+from tests.support.cache import shared_cache
 from tests.support.launch import check, run_workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,8 @@ def cli_ranks(*args: str, tmp_path: Path, timeout: float = 600) -> str:
     Saves the two fresh interpreters of a :func:`cli` run (about 12 s); the command's own launcher
     (Lightning's subprocess launcher) is exercised by :func:`cli` tests and the README test.
     """
-    env = {"LIGHTNING_HALO_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # the session's partition cache (tests.support.cache): Tolokers and CiteSeer are partitioned once per run
+    env = {"LIGHTNING_HALO_CACHE": shared_cache(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     results = run_workers(["-m", "lightning_halo.cli", *args], 2, timeout=timeout, env=env, cwd=tmp_path)
     check(results)
     return "".join(r.stdout for r in results)

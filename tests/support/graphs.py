@@ -61,6 +61,10 @@ def awkward_graph(
     )
 
 
+#: The graphs of :func:`graph_by_name` built for the world size (the others ignore it).
+WORLD_DEPENDENT = frozenset({"awkward"})
+
+
 def graph_by_name(name: str, world_size: int) -> Data:
     if name == "cora":
         return cora()

@@ -2,20 +2,36 @@
 
 The tests fork their ranks from a server that imported these modules once (see
 :func:`benchmarks.launch.run_workers`); ``LIGHTNING_HALO_FRESH_WORKERS=1`` starts fresh
-interpreters instead.
+interpreters instead. Every launch is recorded (:mod:`tests.support.launches`): a whole run of
+the suite must launch every configuration listed in ``tests/launches.json``.
 """
 
 from __future__ import annotations
 
-import functools
+import subprocess
+from collections.abc import Mapping, Sequence
 
-from benchmarks.launch import REPO, check, free_port
+from benchmarks.launch import REPO, check, free_port, run_forked
 from benchmarks.launch import run_workers as _run_workers
+from tests.support.launches import record
 
 PRELOAD = ("torch", "lightning", "torch_geometric", "torch_geometric.nn", "torchmetrics", "lightning_halo.strategy",
            "lightning_halo.data.datamodule", "lightning_halo.callbacks", "lightning.pytorch.cli", "jsonargparse",
            "tests.support.trainer")  # fmt: skip
 
-run_workers = functools.partial(_run_workers, preload=PRELOAD)
 
-__all__ = ["PRELOAD", "REPO", "check", "free_port", "run_workers"]
+def run_workers(args: Sequence[str], world_size: int, **kwargs) -> list[subprocess.CompletedProcess]:
+    """:func:`benchmarks.launch.run_workers` from the preloaded server, recorded."""
+    record(list(args), world_size)
+    return _run_workers(list(args), world_size, preload=PRELOAD, **kwargs)
+
+
+def run_module(module: str, args: list[str], env: Mapping[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m module *args`` in the repository with exactly ``env``, forked from the same server as the ranks.
+
+    For the benchmark commands the tests run: what a fresh interpreter prints, without its imports.
+    """
+    return run_forked(["-m", module, *args], dict(env), REPO, PRELOAD, timeout)
+
+
+__all__ = ["PRELOAD", "REPO", "check", "free_port", "run_module", "run_workers"]

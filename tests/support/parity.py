@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tests.support.graphs import graph_by_name
+from tests.support.graphs import WORLD_DEPENDENT, graph_by_name
 from tests.support.launch import check, run_workers
 from tests.support.models import build_any, edges_for, reference_run
 
@@ -45,6 +45,23 @@ def assemble(recs: list[dict], num_nodes: int, loss: str = "mean") -> tuple[torc
     return out, value
 
 
+#: Single-process references computed in this session. A reference depends on the model, the
+#: graph (the generated one on the world size), the steps, the input kind and the loss: the
+#: matrices compare the same Cora run at every world size and partitioner.
+_REFERENCES: dict[tuple, dict] = {}
+
+
+def reference(config: str, world_size: int, steps: int = 5, sparse: bool = False, loss: str = "mean") -> dict:
+    """Plain single-process PyG's run of ``config`` (:func:`~tests.support.models.reference_run`), computed once."""
+    kind, depth, graph = config.split(":")
+    key = (kind, depth, graph, world_size if graph in WORLD_DEPENDENT else None, steps, sparse, loss)
+    if key not in _REFERENCES:
+        data = graph_by_name(graph, world_size)
+        edges = edges_for(kind, data, sparse)
+        _REFERENCES[key] = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps, edge_index=edges, loss=loss)
+    return _REFERENCES[key]
+
+
 def assert_parity(
     config: str, world_size: int, out: Path, steps: int = 5, sparse: bool = False, loss: str = "mean"
 ) -> list[dict]:
@@ -53,12 +70,9 @@ def assert_parity(
     With ``sparse`` the reference is single-process PyG on the same kind of input: the
     graph's sparse adjacency.
     """
-    kind, depth, graph = config.split(":")
-    data = graph_by_name(graph, world_size)
-    edges = edges_for(kind, data, sparse)
-    ref = reference_run(build_any(f"{kind}:{depth}", data), data, steps=steps, edge_index=edges, loss=loss)
+    ref = reference(config, world_size, steps, sparse, loss)
     recs = load_records(config, world_size, out)
-    logits, loss_value = assemble(recs, data.num_nodes, loss)
+    logits, loss_value = assemble(recs, ref["out0"].size(0), loss)
     assert not torch.isnan(logits).any(), f"{config}: some node's logits were produced by no rank"
     torch.testing.assert_close(logits, ref["out0"], **TOL, msg=lambda m: f"{config} logits: {m}")
     assert math.isclose(loss_value, ref["loss0"], rel_tol=1e-9, abs_tol=1e-10), (config, loss_value, ref["loss0"])

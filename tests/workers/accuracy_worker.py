@@ -20,6 +20,7 @@ from tests.support.exit import shutdown
 from tests.support.lightning_models import MODELS
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
+from tests.support.cache import shared_cache
 
 
 def schedule_callbacks(spec: list[str]) -> list:
@@ -49,7 +50,7 @@ def main() -> None:
     for run in args.runs:
         bits, seed, *sched = run.split(":")
         L.seed_everything(int(seed), workers=True)
-        dm = HaloDataModule("cora", cache_dir=str(Path(args.out) / "cache"))
+        dm = HaloDataModule("cora", cache_dir=shared_cache(Path(args.out) / "cache"))
         model = MODELS[args.model](dm.num_features, 64, dm.num_classes)
         trainer = quiet_trainer(
             world_size,

@@ -24,6 +24,7 @@ from tests.support.exit import shutdown
 from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import awkward_graph
+from tests.support.cache import shared_cache
 
 
 class Module(L.LightningModule):
@@ -118,7 +119,7 @@ def main() -> None:
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
     for name in args.scenarios:
-        module, dm, strategy = scenario(name, world_size, str(Path(args.out) / "cache"))
+        module, dm, strategy = scenario(name, world_size, shared_cache(Path(args.out) / "cache"))
         val = {} if name == "empty_masks" else {"limit_val_batches": 0}
         trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=2, **val)
         t0 = time.time()

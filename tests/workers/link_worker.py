@@ -19,6 +19,7 @@ from lightning_halo import HaloLinkDataModule, HaloQuantStrategy
 from tests.support.exit import shutdown
 from tests.support.link import MODEL, SPLIT, build_model, link_graph
 from tests.support.trainer import quiet_trainer
+from tests.support.cache import shared_cache
 
 
 class Losses(L.Callback):
@@ -42,7 +43,7 @@ def main() -> None:
     for config in args.configs:
         graph, encoder, decoder = config.split(":")
         data = link_graph(graph)
-        dm = HaloLinkDataModule(data, cache_dir=str(Path(args.out) / "cache"), **SPLIT)
+        dm = HaloLinkDataModule(data, cache_dir=shared_cache(Path(args.out) / "cache"), **SPLIT)
         model = build_model(dm.num_features, data.x.dtype, encoder, decoder)
         rec: dict = {}
         strategy = HaloQuantStrategy(bits=args.bits, scale_loss="share")

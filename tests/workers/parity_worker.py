@@ -20,6 +20,7 @@ from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.graphs import graph_by_name
 from tests.support.models import LOSSES, build_any, edges_for, loss_of, node_ids
+from tests.support.cache import shared_cache
 
 
 class Recorder(L.LightningModule):
@@ -172,7 +173,7 @@ def main() -> None:
         module = Recorder(net, kind, args.sparse)
         module.scale_x_rank0 = args.scale_x_rank0
         module.loss = args.loss
-        dm = HaloDataModule(data, partitioner=args.partitioner, cache_dir=str(Path(args.out) / "cache"))
+        dm = HaloDataModule(data, partitioner=args.partitioner, cache_dir=shared_cache(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(
             bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation, halo_reduction=args.halo_reduction,
             ddp_comm_hook=_comm_hook(args.comm_hook, module.rec),

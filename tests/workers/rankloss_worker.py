@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from examples.train_cora import GCN
 from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.exit import shutdown
+from tests.support.cache import shared_cache
 
 EPOCHS, FAIL_AT = 6, 3
 
@@ -51,7 +52,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     out = Path(args.out)
     L.seed_everything(0)
-    dm = HaloDataModule("cora", cache_dir=str(out / "cache"))
+    dm = HaloDataModule("cora", cache_dir=shared_cache(out / "cache"))
     model = GCN(dm.num_features, 16, dm.num_classes)
     callbacks = [ModelCheckpoint(dirpath=out / "ckpt", save_last=True, every_n_epochs=1)]
     if args.phase == "crash":

@@ -1,0 +1,77 @@
+"""Which multi-process configurations the suite launches, checked against ``tests/launches.json``.
+
+Every real-process launch of the tests (:func:`tests.support.launch.run_workers`) is recorded
+as its worker, world size and arguments, with temporary paths replaced by ``<tmp>``. A whole
+run of the suite (no test selection) fails at its end if a configuration of
+``tests/launches.json`` was not launched: making the suite faster must not drop one silently.
+The list was generated before the suite was sped up (issue 37); regenerate it only when a test
+is meant to change what it launches: ``python -m tests.support.launches RECORD.jsonl``
+(``LIGHTNING_HALO_RECORD_LAUNCHES=RECORD.jsonl`` writes the record of a run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+LIST = Path(__file__).resolve().parents[1] / "launches.json"
+ENV = "LIGHTNING_HALO_RECORD_LAUNCHES"
+_TMP = re.compile(r"(/tmp|/var/tmp|" + re.escape(tempfile.gettempdir()) + r")/\S*")
+#: The one setting the speed-up changed on purpose: the accuracy runs train 25 epochs instead of
+#: 100 (benchmarks/results/accuracy_epochs.json decides every assertion the same); the runs, seeds
+#: and models are still compared.
+_IGNORED_VALUES = {"tests/workers/accuracy_worker.py": {"--epochs"}}
+
+LAUNCHED: list[dict[str, Any]] = []
+
+
+def key(args: list[str], world_size: int) -> str:
+    """A launch as one string: the worker, the world size and the arguments, without temporary paths."""
+    worker = args[0] if args[0] != "-m" else " ".join(args[:2])
+    ignored = _IGNORED_VALUES.get(worker, set())
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            out.append("<any>")
+            skip = False
+            continue
+        out.append(_TMP.sub("<tmp>", str(arg)))
+        skip = arg in ignored
+    return json.dumps([world_size, *out])
+
+
+def record(args: list[str], world_size: int) -> None:
+    """Note a launch (and append it to ``$LIGHTNING_HALO_RECORD_LAUNCHES`` where set)."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    LAUNCHED.append({"test": test, "key": key(args, world_size)})
+    path = os.environ.get(ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": test, "world_size": world_size, "args": [str(a) for a in args]}) + "\n")
+
+
+def missing() -> list[dict[str, str]]:
+    """The configurations of ``tests/launches.json`` that this run did not launch."""
+    launched = {entry["key"] for entry in LAUNCHED}
+    return [entry for entry in json.loads(LIST.read_text()) if entry["key"] not in launched]
+
+
+def main(argv: list[str]) -> int:
+    """Write ``tests/launches.json`` from the record of a whole run."""
+    entries = {}
+    for line in Path(argv[0]).read_text().splitlines():
+        rec = json.loads(line)
+        k = key(rec["args"], rec["world_size"])
+        entries.setdefault(k, {"key": k, "test": rec["test"]})
+    LIST.write_text(json.dumps(sorted(entries.values(), key=lambda e: (e["test"], e["key"])), indent=1) + "\n")
+    print(f"{len(entries)} configurations written to {LIST}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
