@@ -14,9 +14,13 @@ _FOLDER_TESTS: defaultdict[str, set] = defaultdict(set)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from tests.support.cache import start_session
+    import os
+    from pathlib import Path
 
-    start_session()
+    from tests.support import cache, launches
+
+    cache.start_session()  # one partition cache for the run
+    launches.start_session(Path(os.environ[cache.ENV]))  # and the record of its real-process launches
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -30,6 +30,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
         "lightning_halo.callbacks": [
             "EpochPrinter",
             "HaloPredictionWriter",
+            "HaloRequeue",
             "HaloSchedule",
             "HaloStateCallback",
             "HaloTrafficLogger",
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # for type checkers and the API docs (griffe reads these stat
     from lightning_halo.callbacks import (
         EpochPrinter,
         HaloPredictionWriter,
+        HaloRequeue,
         HaloSchedule,
         HaloStateCallback,
         HaloTrafficLogger,

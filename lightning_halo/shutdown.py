@@ -10,9 +10,11 @@ destructor (``~AsyncWork``) and C++ calls ``std::terminate``: the process prints
 ``terminate called without an active exception`` and aborts (exit status 134), after a run that
 succeeded. Whether a thread is still waiting depends on scheduling, hence an intermittent abort.
 
-A process group's C++ destructor waits for its worker threads with the GIL released, so
-destroying the groups (and collecting the objects that still hold them, such as an unwrapped
-``DistributedDataParallel``) before the interpreter shuts down leaves no thread waiting.
+A process group's C++ destructor, run from Python's last reference, waits for its worker
+threads with the GIL released, so collecting the objects that hold a group through a reference
+cycle (such as an unwrapped ``DistributedDataParallel``'s reducer) and then destroying the
+groups, before the interpreter shuts down, leaves no thread waiting. (In the other order the
+collector would run a group's destructor with the GIL held: a deadlock with such a thread.)
 :class:`~lightning_halo.HaloQuantStrategy` registers :func:`release_process_groups` to run at
 exit; the ``lightning-halo`` command calls it when a verb has finished.
 """
@@ -39,10 +41,15 @@ def release_process_groups() -> None:
         >>> release_process_groups()  # no process group: nothing to do
     """
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-        # A group kept alive only by a reference cycle (DDP's wrapper after Lightning unwrapped the
-        # model) would otherwise be destroyed during interpreter shutdown, too late.
+        # Collect first what holds a group only through a reference cycle (DDP's reducer, after
+        # Lightning unwrapped the model), while the registry still holds every group. Collected
+        # after it, the reducer would drop a group's last reference inside the collector, whose
+        # destructor joins the worker threads with the GIL held, while a worker still releasing the
+        # last collective's tensors waits for the GIL: a rank hung at exit that way (torch 2.13,
+        # ``~ProcessGroupGloo`` under ``gc_collect`` against ``~AsyncWork`` in ``decref_pyobject``).
         gc.collect()
+        # Dropping the registry's references destroys the groups with the GIL released.
+        dist.destroy_process_group()
 
 
 def release_at_exit() -> None:

@@ -378,10 +378,12 @@ class HaloQuantStrategy(DDPStrategy):
 
         Added here, before Lightning restores callback states from a checkpoint.
         """
-        from lightning_halo.callbacks import HaloStateCallback, HaloTrafficLogger
+        from lightning_halo.callbacks import HaloRequeue, HaloStateCallback, HaloTrafficLogger
 
         if not any(isinstance(cb, HaloTrafficLogger) for cb in trainer.callbacks):
             trainer.callbacks.append(HaloTrafficLogger())
+        if HaloRequeue.applies(trainer) and not any(isinstance(cb, HaloRequeue) for cb in trainer.callbacks):
+            trainer.callbacks.append(HaloRequeue())  # SLURM's requeue signal, acted on between steps
         state = next((cb for cb in trainer.callbacks if isinstance(cb, HaloStateCallback)), None)
         if state is None:
             state = HaloStateCallback()

@@ -30,7 +30,7 @@ def test_a_listed_configuration_not_launched_is_reported(monkeypatch, tmp_path) 
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(listed))
     monkeypatch.setattr(launches, "LIST", path)
-    monkeypatch.setattr(launches, "LAUNCHED", [])
+    monkeypatch.setenv(launches.ENV, str(tmp_path / "record.jsonl"))
     launches.record(["w.py", "--configs", "a"], 2)
     assert launches.missing() == [listed[1]]
     launches.record(["w.py", "--configs", "b"], 2)

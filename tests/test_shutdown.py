@@ -68,3 +68,20 @@ def test_training_runs_exit_cleanly_every_time(tmp_path: Path) -> None:
             assert "terminate called" not in result.stdout and result.returncode == 0, where
             assert (out / f"rank{rank}.txt").read_text() == "(160, 3)", where
             assert (out / f"exit-rank{rank}.txt").read_text() == "0", "gloo worker threads alive at exit: " + where
+
+
+def test_cycles_are_collected_while_the_registry_still_holds_the_groups(monkeypatch) -> None:
+    """The collector runs before the groups are destroyed: a DDP reducer collected afterwards would drop a
+    group's last reference inside the collector, whose destructor joins gloo's worker threads with the GIL
+    held while a worker releasing a finished collective's tensors waits for it (a rank hung at exit so,
+    in the error-scenario workers, once the ranks' closing collection became fast)."""
+    import gc
+
+    import lightning_halo.shutdown as shutdown
+
+    calls = []
+    monkeypatch.setattr(shutdown.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(shutdown.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
+    shutdown.release_process_groups()
+    assert calls == ["collect", "destroy"]

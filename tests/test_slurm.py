@@ -106,3 +106,50 @@ def test_srun_two_nodes_equals_two_local_processes(cluster: str, tmp_path: Path)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_requeue_on_the_signal_resumes_bitwise(cluster: str, tmp_path: Path) -> None:
+    """``scancel --signal=USR1`` at a random point of epoch 3's step: every rank checkpoints after that step
+    (HaloRequeue), rank 0 requeues, SLURM restarts the job, Lightning resumes it from the HPC checkpoint, and
+    the run ends bitwise equal to an uninterrupted one (pipelined 1-bit: stale rows and codec state restored),
+    having trained each epoch once (benchmarks/recovery.py)."""
+    from benchmarks.recovery import EPOCHS, requeue
+
+    rec = requeue(cluster, tmp_path, tmp_path / "cache", signal_epoch=3)
+    out, ref = Path(rec["dir"]), Path(rec["reference_dir"])
+    log = (out / "job.log").read_text()
+    assert rec["reference_job"]["JobState"] == "COMPLETED", (ref / "job.log").read_text()[-4000:]
+    assert rec["job"]["JobState"] == "COMPLETED" and rec["job"]["Restarts"] == "1", log[-4000:]
+    assert "job start, restart 0" in log and "job start, restart 1" in log
+    assert "requeue signal received; checkpointing after step 4" in log, log[-4000:]
+    assert "hpc_ckpt_1.ckpt" in log, "the requeued job resumes from Lightning's HPC checkpoint:\n" + log[-4000:]
+    for epoch in range(EPOCHS):  # each epoch trained once: the first job up to epoch 3, the requeued one after it
+        runs = [line.split(":")[0] for line in (out / "markers" / f"epoch{epoch}.rank0").read_text().split()]
+        assert runs == (["0"] if epoch <= 3 else ["1"]), (epoch, runs)
+    a, b = _weights(out / "ckpt" / "last.ckpt"), _weights(ref / "ckpt" / "last.ckpt")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_lost_node_ends_the_job_and_the_survivor_resumes_from_the_last_checkpoint(cluster: str, tmp_path: Path) -> None:
+    """The second node's rank is killed in epoch 4: the job fails (no rank left waiting), and a job on the
+    surviving node resumes ``--ckpt_path last`` at one process (a resize from 2) and trains epochs 4-9."""
+    from benchmarks.recovery import EPOCHS, lost_node
+
+    rec = lost_node(cluster, tmp_path, tmp_path / "cache", kill_epoch=4)
+    again, failed = Path(rec["dir"]), Path(rec["failed_dir"])
+    assert rec["failed_job"]["JobState"] == "FAILED", (failed / "job.log").read_text()[-4000:]
+    log = (again / "job.log").read_text()
+    assert rec["job"]["JobState"] == "COMPLETED", log[-4000:]
+    assert "written by 2 processes with 1" in log, log[-4000:]
+    trained = sorted(int(p.name[5:].split(".")[0]) for p in (again / "markers").glob("epoch*.rank0"))
+    assert trained == list(range(4, EPOCHS)), trained
+    assert torch.load(again / "ckpt" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == EPOCHS
+    print(f"lost node: job ended {rec['failure_to_job_end_s']} s after the kill, training again after "
+          f"{rec['failure_to_training_s']} s")

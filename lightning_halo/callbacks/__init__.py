@@ -1,4 +1,4 @@
-"""Lightning callbacks: the halo schedule, traffic logging, checkpoint state, a per-epoch line, a prediction writer."""
+"""Lightning callbacks: the halo schedule, traffic logging, checkpoint state, a per-epoch line, a prediction writer, SLURM requeue."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
     {
         "lightning_halo.callbacks.predictions": ["HaloPredictionWriter"],
         "lightning_halo.callbacks.printer": ["EpochPrinter"],
+        "lightning_halo.callbacks.requeue": ["HaloRequeue"],
         "lightning_halo.callbacks.schedule": ["HaloSchedule"],
         "lightning_halo.callbacks.state": ["HaloStateCallback"],
         "lightning_halo.callbacks.traffic": ["HaloTrafficLogger"],
@@ -20,6 +21,7 @@ __getattr__, __dir__, __all__ = lazy_module_attributes(
 if TYPE_CHECKING:
     from lightning_halo.callbacks.predictions import HaloPredictionWriter
     from lightning_halo.callbacks.printer import EpochPrinter
+    from lightning_halo.callbacks.requeue import HaloRequeue
     from lightning_halo.callbacks.schedule import HaloSchedule
     from lightning_halo.callbacks.state import HaloStateCallback
     from lightning_halo.callbacks.traffic import HaloTrafficLogger

@@ -17,7 +17,6 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 LIST = Path(__file__).resolve().parents[1] / "launches.json"
 ENV = "LIGHTNING_HALO_RECORD_LAUNCHES"
@@ -26,9 +25,6 @@ _TMP = re.compile(r"(/tmp|/var/tmp|" + re.escape(tempfile.gettempdir()) + r")/\S
 #: 100 (benchmarks/results/accuracy_epochs.json decides every assertion the same); the runs, seeds
 #: and models are still compared.
 _IGNORED_VALUES = {"tests/workers/accuracy_worker.py": {"--epochs"}}
-
-LAUNCHED: list[dict[str, Any]] = []
-
 
 def key(args: list[str], world_size: int) -> str:
     """A launch as one string: the worker, the world size and the arguments, without temporary paths."""
@@ -45,20 +41,32 @@ def key(args: list[str], world_size: int) -> str:
     return json.dumps([world_size, *out])
 
 
+def start_session(folder: Path) -> None:
+    """Record this run's launches in ``folder`` (the root conftest; every process of the run, pytest-xdist's
+    workers included, inherits ``$LIGHTNING_HALO_RECORD_LAUNCHES``)."""
+    os.environ.setdefault(ENV, str(folder / "launches.jsonl"))
+
+
 def record(args: list[str], world_size: int) -> None:
-    """Note a launch (and append it to ``$LIGHTNING_HALO_RECORD_LAUNCHES`` where set)."""
-    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
-    LAUNCHED.append({"test": test, "key": key(args, world_size)})
+    """Append a launch to ``$LIGHTNING_HALO_RECORD_LAUNCHES`` (nothing where it is not set)."""
     path = os.environ.get(ENV)
     if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
         with open(path, "a") as f:
             f.write(json.dumps({"test": test, "world_size": world_size, "args": [str(a) for a in args]}) + "\n")
 
 
+def launched() -> set[str]:
+    """The keys of every launch recorded in this run."""
+    path = Path(os.environ.get(ENV, "/nonexistent"))
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return {key(rec["args"], rec["world_size"]) for rec in map(json.loads, lines)}
+
+
 def missing() -> list[dict[str, str]]:
     """The configurations of ``tests/launches.json`` that this run did not launch."""
-    launched = {entry["key"] for entry in LAUNCHED}
-    return [entry for entry in json.loads(LIST.read_text()) if entry["key"] not in launched]
+    done = launched()
+    return [entry for entry in json.loads(LIST.read_text()) if entry["key"] not in done]
 
 
 def main(argv: list[str]) -> int:
