@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.support import launches
 
@@ -15,6 +16,14 @@ def test_a_launch_is_keyed_without_its_temporary_paths() -> None:
     assert a != launches.key(["tests/workers/parity_worker.py", "--out", "/tmp/x", "--configs", "gcn:3:cora"], 3)
     cli = launches.key(["-m", "lightning_halo.cli", "fit", "--data.cache_dir=/tmp/c/cache"], 2)
     assert json.loads(cli)[1:] == ["-m", "lightning_halo.cli", "fit", "--data.cache_dir=<tmp>"]
+
+
+def test_a_launch_is_keyed_without_the_checkout_it_ran_in(tmp_path) -> None:
+    here = launches.key(["-m", "lightning_halo.cli", "fit", "--config", str(launches.ROOT / "examples/configs/gcn.yaml")], 2)
+    other = launches.key(["-m", "lightning_halo.cli", "fit", "--config", "/srv/ci/clone/examples/configs/gcn.yaml"], 2,
+                         root=Path("/srv/ci/clone"))  # fmt: skip
+    assert here == other and json.loads(here)[-1] == "<repo>/examples/configs/gcn.yaml"
+    assert "/" not in json.loads(launches.key(["w.py", str(launches.ROOT)], 2))[-1].replace("<repo>", "")
 
 
 def test_only_the_accuracy_runs_epochs_may_change() -> None:

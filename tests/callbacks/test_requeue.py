@@ -45,6 +45,40 @@ def test_a_signal_on_one_rank_checkpoints_every_rank_at_the_same_step_and_the_re
             assert torch.equal(rec["params"][name], value), name
 
 
+def test_at_the_end_of_a_step_the_recorded_signal_runs_lightnings_handler_once_and_stops() -> None:
+    """One process (no group to agree with): the step's end runs the handler it deferred, once, and stops the run."""
+    calls = []
+
+    class Env:
+        requeue_signal = signal.SIGUSR2
+
+    class Strategy:
+        cluster_environment = Env()
+        root_device = torch.device("cpu")
+
+    class Trainer:
+        strategy = Strategy()
+        global_step = 7
+        should_stop = False
+
+    trainer = Trainer()
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        cb = HaloRequeue()
+        cb.on_train_start(trainer, None)
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+        assert calls == [] and not trainer.should_stop, "no signal: nothing happens"
+        signal.raise_signal(signal.SIGUSR2)
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+        assert calls == [signal.SIGUSR2] and trainer.should_stop and not cb.pending
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+        assert calls == [signal.SIGUSR2], "acted on once"
+        cb.teardown(trainer, None, "fit")
+        assert signal.getsignal(signal.SIGUSR2) is not None and signal.getsignal(signal.SIGUSR2) != cb._record
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
 def test_the_callback_records_the_signal_and_gives_the_handler_back() -> None:
     """While training, the signal is only recorded; afterwards the handler it replaced is back."""
     calls = []

@@ -5,7 +5,7 @@ as its worker, world size and arguments, with temporary paths replaced by ``<tmp
 run of the suite (no test selection) fails at its end if a configuration of
 ``tests/launches.json`` was not launched: making the suite faster must not drop one silently.
 The list was generated before the suite was sped up (issue 37); regenerate it only when a test
-is meant to change what it launches: ``python -m tests.support.launches RECORD.jsonl``
+is meant to change what it launches: ``python -m tests.support.launches RECORD.jsonl [CHECKOUT]``
 (``LIGHTNING_HALO_RECORD_LAUNCHES=RECORD.jsonl`` writes the record of a run).
 """
 
@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-LIST = Path(__file__).resolve().parents[1] / "launches.json"
+ROOT = Path(__file__).resolve().parents[2]
+LIST = ROOT / "tests" / "launches.json"
 ENV = "LIGHTNING_HALO_RECORD_LAUNCHES"
 _TMP = re.compile(r"(/tmp|/var/tmp|" + re.escape(tempfile.gettempdir()) + r")/\S*")
 #: The one setting the speed-up changed on purpose: the accuracy runs train 25 epochs instead of
@@ -26,17 +27,30 @@ _TMP = re.compile(r"(/tmp|/var/tmp|" + re.escape(tempfile.gettempdir()) + r")/\S
 #: and models are still compared.
 _IGNORED_VALUES = {"tests/workers/accuracy_worker.py": {"--epochs"}}
 
-def key(args: list[str], world_size: int) -> str:
-    """A launch as one string: the worker, the world size and the arguments, without temporary paths."""
+def _places(root: Path) -> list[tuple[str, str]]:
+    """The machine's own paths in a launch's arguments, and what stands for them in a key."""
+    from benchmarks.shared import find_shared
+
+    datasets = find_shared("datasets", override="LIGHTNING_HALO_DATASETS", root=root)
+    return [(str(root), "<repo>"), *([(str(datasets), "<datasets>")] if datasets else [])]
+
+
+def key(args: list[str], world_size: int, root: Path = ROOT) -> str:
+    """A launch as one string: the worker, the world size and the arguments, without temporary
+    paths, the checkout's path (``root``, the one the launch ran in) or the shared datasets' path."""
     worker = args[0] if args[0] != "-m" else " ".join(args[:2])
     ignored = _IGNORED_VALUES.get(worker, set())
+    places = _places(root)
     out, skip = [], False
     for arg in args:
         if skip:
             out.append("<any>")
             skip = False
             continue
-        out.append(_TMP.sub("<tmp>", str(arg)))
+        text = str(arg)
+        for path, name in places:
+            text = text.replace(path, name)
+        out.append(_TMP.sub("<tmp>", text))
         skip = arg in ignored
     return json.dumps([world_size, *out])
 
@@ -70,11 +84,12 @@ def missing() -> list[dict[str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    """Write ``tests/launches.json`` from the record of a whole run."""
+    """Write ``tests/launches.json`` from the record of a whole run (``RECORD [CHECKOUT]``: the checkout it ran in)."""
+    root = Path(argv[1]).resolve() if len(argv) > 1 else ROOT
     entries = {}
     for line in Path(argv[0]).read_text().splitlines():
         rec = json.loads(line)
-        k = key(rec["args"], rec["world_size"])
+        k = key(rec["args"], rec["world_size"], root)
         entries.setdefault(k, {"key": k, "test": rec["test"]})
     LIST.write_text(json.dumps(sorted(entries.values(), key=lambda e: (e["test"], e["key"])), indent=1) + "\n")
     print(f"{len(entries)} configurations written to {LIST}")
