@@ -24,12 +24,17 @@ def _phase(tmp_path: Path, phase: str, *extra: str) -> list[dict]:
 
 
 @pytest.mark.multiprocess
-def test_a_signal_on_one_rank_checkpoints_every_rank_at_the_same_step_and_the_requeued_run_is_bitwise(tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["pipelined-1bit", "exact"])
+def test_a_signal_on_one_rank_checkpoints_every_rank_at_the_same_step_and_the_requeued_run_is_bitwise(
+    mode: str, tmp_path
+) -> None:
     """Rank 1 alone gets SIGUSR1 in epoch 2's step: both ranks finish that step, write the HPC checkpoint,
     rank 0 requeues the job once and the job stops; the requeued job resumes from the checkpoint by
-    itself and ends bitwise equal to an uninterrupted run (pipelined 1-bit: the halo state is restored)."""
-    full = _phase(tmp_path, "full")
-    signalled = _phase(tmp_path, "signalled", "--signal-epoch", "2", "--signal-rank", "1")
+    itself and ends bitwise equal to an uninterrupted run (pipelined 1-bit: the halo state is restored;
+    32-bit sync)."""
+    extra = ["--exact"] if mode == "exact" else []
+    full = _phase(tmp_path, "full", *extra)
+    signalled = _phase(tmp_path, "signalled", "--signal-epoch", "2", "--signal-rank", "1", *extra)
     for rec in signalled:
         assert rec["epochs"] == [0, 1, 2] and rec["global_step"] == 3, rec["epochs"]
     assert sorted(p.name for p in (tmp_path / "run").glob("hpc_ckpt_*.ckpt")) == ["hpc_ckpt_1.ckpt"]
@@ -37,7 +42,7 @@ def test_a_signal_on_one_rank_checkpoints_every_rank_at_the_same_step_and_the_re
     ckpt = torch.load(tmp_path / "run" / "hpc_ckpt_1.ckpt", weights_only=False)
     assert ckpt["global_step"] == 3 and len(ckpt["callbacks"]["HaloStateCallback"]["ranks"]) == 2
 
-    requeued = _phase(tmp_path, "requeued")
+    requeued = _phase(tmp_path, "requeued", *extra)
     for rec, ref in zip(requeued, full):
         assert rec["epochs"] == [3, 4, 5] and rec["global_step"] == ref["global_step"] == 6, rec["epochs"]
         assert rec["params"].keys() == ref["params"].keys()

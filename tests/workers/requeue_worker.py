@@ -1,9 +1,10 @@
 """Worker for the requeue tests: Lightning's SLURM requeue path, on local ranks that SLURM's variables describe.
 
-    python tests/workers/requeue_worker.py --out DIR --phase full|signalled|requeued [--signal-epoch E --signal-rank R]
+    python tests/workers/requeue_worker.py --out DIR --phase full|signalled|requeued [--signal-epoch E --signal-rank R] [--exact]
 
 Every phase trains a dropout-free APPNP in float64, pipelined 1-bit halos with ``sync_every=3``
-(stale rows, pending gradients and codec generators: the halo state a resume must restore), with
+(stale rows, pending gradients and codec generators: the halo state a resume must restore;
+``--exact``: 32-bit sync), with
 ``default_root_dir=DIR/run`` (``full``: ``DIR/full``). ``signalled``: rank R sends itself
 SIGUSR1 at the start of epoch E's step, as ``scancel --signal=USR1`` would, and ``scontrol`` is a
 fake that records its arguments in DIR/scontrol.txt. ``requeued`` is the job SLURM starts again:
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--phase", choices=["full", "signalled", "requeued"], required=True)
     parser.add_argument("--signal-epoch", type=int, default=2)
     parser.add_argument("--signal-rank", type=int, default=1)
+    parser.add_argument("--exact", action="store_true", help="bits=32, sync (default: 1-bit pipelined, sync_every=3)")
     args = parser.parse_args()
     out = Path(args.out)
     rank = int(os.environ["RANK"])
@@ -78,11 +80,11 @@ def main() -> None:
     dm = HaloDataModule(awkward_graph(1), cache_dir=str(out / "cache"))
     model = APPNPNet(dm.num_features, 16, dm.num_classes, k=2, dropout=0.0).double()
     epochs = Epochs()
-    callbacks = [HaloSchedule(mode="pipelined", sync_every=3), epochs]
+    callbacks = [epochs] if args.exact else [HaloSchedule(mode="pipelined", sync_every=3), epochs]
     if args.phase == "signalled":
         callbacks.append(Signal(args.signal_epoch, args.signal_rank))
     trainer = L.Trainer(
-        strategy=HaloQuantStrategy(bits=1, seed=1), accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]),
+        strategy=HaloQuantStrategy(bits=32 if args.exact else 1, seed=1), accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]),
         max_epochs=EPOCHS, num_sanity_val_steps=0, limit_val_batches=0, enable_progress_bar=False,
         enable_model_summary=False, logger=False, enable_checkpointing=False, callbacks=callbacks,
         default_root_dir=str(out / ("full" if args.phase == "full" else "run")),
