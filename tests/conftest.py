@@ -23,6 +23,14 @@ def _whole_run(config: pytest.Config) -> bool:
     return whole and not config.option.keyword and not config.option.markexpr and not config.getoption("deselect")
 
 
+_SKIPPED: set[str] = set()  # tests this run skipped: the configurations listed from them are not asked for
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _SKIPPED.add(report.nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every configuration the suite launched in real processes before it was sped up must still be
     # launched (tests/support/launches.py); checked only where the whole suite ran and passed.
@@ -30,7 +38,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from tests.support.launches import LIST, missing
 
-    lost = missing()
+    lost = missing(frozenset(_SKIPPED))
     if lost:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         lines = [f"{len(lost)} configurations of {LIST.name} were not launched by this run:"]
