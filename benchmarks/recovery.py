@@ -100,8 +100,18 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float, log: Path) 
     return time.time()
 
 
+def _in_state(cluster: str, job_id: str, states: tuple[str, ...], restarts: str) -> Callable[[], bool]:
+    """Whether the job is in one of ``states`` after ``restarts`` requeues."""
+
+    def check() -> bool:
+        info = job(cluster, job_id)
+        return info.get("JobState") in states and info.get("Restarts", "0") == restarts
+
+    return check
+
+
 def _finished(cluster: str, job_id: str, restarts: str = "0") -> Callable[[], bool]:
-    return lambda: (lambda j: j.get("JobState") in FINAL and j.get("Restarts", "0") == restarts)(job(cluster, job_id))
+    return _in_state(cluster, job_id, FINAL, restarts)
 
 
 def _when(stamp: str) -> float:
@@ -165,8 +175,7 @@ def _requeue(cluster: str, work: Path, cache: Path, signal_epoch: int, jobs: lis
     sig = subprocess.run([cluster, "exec", "--", "scancel", "--signal=USR1", job_id], capture_output=True, text=True)
     if sig.returncode != 0:
         raise RuntimeError(f"scancel failed: {sig.stderr}")
-    requeued = lambda: (lambda j: j.get("Restarts") == "1" and j.get("JobState") == "PENDING")(job(cluster, job_id))  # noqa: E731
-    wait_until("the job to be requeued", requeued, 300, out / "job.log")
+    wait_until("the job to be requeued", _in_state(cluster, job_id, ("PENDING",), "1"), 300, out / "job.log")
     held = job(cluster, job_id)
     hold = (_when(held["EligibleTime"]) - _when(held["SubmitTime"])) if held.get("EligibleTime", "Unknown") != "Unknown" else None
     if expedite:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.recovery import RENDEZVOUS
 from benchmarks.shared import find_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,7 @@ def cluster():
         subprocess.run([script, "down"], capture_output=True, text=True, timeout=300)
 
 
-_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+_RENDEZVOUS = RENDEZVOUS  # the launcher's variables: one list, benchmarks/recovery.py's
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
