@@ -95,10 +95,10 @@ def run_ranks(
     cache = os.environ.get("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
     cmd = [sys.executable, "-m", "benchmarks.bench_cell", *args, "--out", str(out), "--cache-dir", cache]
     if cluster is None:
-        from benchmarks.launch import check, run_workers  # local processes, torchrun-style
+        from benchmarks.launch import check, local_preload, run_workers  # local processes, torchrun-style
 
         try:
-            check(run_workers([*cmd[1:], "--devices", str(nodes)], nodes, timeout=timeout, env=env))
+            check(run_workers([*cmd[1:], "--devices", str(nodes)], nodes, timeout=timeout, env=env, preload=local_preload()))
         except AssertionError as err:
             raise RuntimeError(f"cell failed:\n{err}") from err
         return out

@@ -16,6 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: What a rank imports: a rank forked from a server that imported these (``preload`` below) starts at once.
+PRELOAD = ("torch", "lightning", "torch_geometric", "torch_geometric.nn", "torchmetrics", "lightning_halo.strategy",
+           "lightning_halo.data.datamodule", "lightning_halo.callbacks", "lightning.pytorch.cli", "jsonargparse")  # fmt: skip
+#: ``1``: the benchmark commands' local ranks (``--local``) fork from such a server instead of starting
+#: fresh interpreters. The tests set it: a command's ranks then cost one interpreter's imports, not one each.
+#: A measurement leaves it unset: its ranks are what a user's are.
+PRELOAD_ENV = "LIGHTNING_HALO_BENCH_PRELOAD"
+
+
+def local_preload() -> tuple[str, ...]:
+    """The ``preload`` of the benchmark commands' local ranks: :data:`PRELOAD` where ``$LIGHTNING_HALO_BENCH_PRELOAD``
+    is ``1``, else none (fresh interpreters)."""
+    return PRELOAD if os.environ.get(PRELOAD_ENV) == "1" else ()
 
 
 def free_port() -> int:

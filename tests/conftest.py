@@ -20,7 +20,8 @@ def _whole_run(config: pytest.Config) -> bool:
     root = Path(str(config.rootpath))
     paths = [Path(config.invocation_params.dir, a.split("::")[0]).resolve() for a in config.args]
     whole = config.args_source != pytest.Config.ArgsSource.ARGS or all(p in (root, root / "tests") for p in paths)
-    return whole and not config.option.keyword and not config.option.markexpr and not config.getoption("deselect")
+    selected = config.option.keyword or config.option.markexpr or config.getoption("deselect") or config.option.lf
+    return whole and not selected and not config.option.collectonly
 
 
 _SKIPPED: set[str] = set()  # tests this run skipped: the configurations listed from them are not asked for
@@ -34,8 +35,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every configuration the suite launched in real processes before it was sped up must still be
     # launched (tests/support/launches.py); checked only where the whole suite ran and passed.
-    if exitstatus != 0 or not _whole_run(session.config):
-        return
+    if exitstatus != 0 or not _whole_run(session.config) or hasattr(session.config, "workerinput"):
+        return  # pytest-xdist's workers each see part of the run: the controller checks the whole
     from tests.support.launches import LIST, missing
 
     lost = missing(frozenset(_SKIPPED))

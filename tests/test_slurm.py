@@ -20,6 +20,7 @@ import torch
 
 from benchmarks.recovery import RENDEZVOUS
 from benchmarks.shared import find_shared
+from tests.support.cli import cli_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "gcn.yaml"
@@ -95,14 +96,8 @@ def test_srun_two_nodes_equals_two_local_processes(cluster: str, tmp_path: Path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     out = result.stdout + result.stderr
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in out and "lightning-halo traffic" in out
-    local_env = dict(os.environ, LIGHTNING_HALO_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for key in ("SLURM_NTASKS", "SLURM_JOB_NAME", *_RENDEZVOUS):
-        local_env.pop(key, None)
-    local = subprocess.run(
-        [str(exe), *_fit_args(tmp_path / "local"), "--trainer.devices", "2"],
-        cwd=ROOT, env=local_env, capture_output=True, text=True, timeout=900,
-    )
-    assert local.returncode == 0, local.stdout[-4000:] + local.stderr[-4000:]
+    # The same command as two local ranks (forked from the tests' preloaded server, as torchrun starts them).
+    cli_ranks(*_fit_args(tmp_path / "local"), "--trainer.devices", "2", tmp_path=tmp_path)
     a, b = _weights(tmp_path / "slurm" / "ckpt" / "last.ckpt"), _weights(tmp_path / "local" / "ckpt" / "last.ckpt")
     assert a.keys() == b.keys()
     for name in a:

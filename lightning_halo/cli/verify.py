@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import logging
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -69,6 +71,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextmanager
+def _report_only() -> Iterator[None]:
+    """The report is the output: not the Trainer's banners or the seed. The levels and warning filters
+    are restored after, so that ``main`` called in a user's process (a notebook) leaves its logging as it was."""
+    from lightning_halo.cli.lightning_cli import ARGS_AND_ARGV
+
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=ARGS_AND_ARGV)
+        try:
+            for logger in loggers:
+                logger.setLevel(logging.WARNING)
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
 def main(argv: list[str]) -> ExitStatus:
     """Entry point of ``lightning-halo verify ...`` (``argv``: ``verify`` first).
 
@@ -77,23 +98,20 @@ def main(argv: list[str]) -> ExitStatus:
     """
     own, rest = parser().parse_known_args(argv[1:])
     from lightning_halo import verification
-    from lightning_halo.cli.lightning_cli import ARGS_AND_ARGV, HaloCLI
+    from lightning_halo.cli.lightning_cli import HaloCLI
     from lightning_halo.data import HaloDataModule
     from lightning_halo.shutdown import release_process_groups
 
-    # The report is the output: not the Trainer's banners or the seed.
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=ARGS_AND_ARGV)
-    cli = HaloCLI(datamodule_class=HaloDataModule, save_config_callback=None, run=False, args=rest)
-    trainer = cli.trainer
-    configured = trainer.num_devices * trainer.num_nodes
-    devices = own.devices if own.devices is not None else configured if configured > 1 else 2
-    with input_errors_are_command_errors():  # verify's checks of its arguments, before anything runs
-        report = verification.verify(
-            cli.model, cli.datamodule, devices, strategy=trainer.strategy,
-            dtype=getattr(torch, own.dtype) if own.dtype else None, timeout=own.timeout,
-        )  # fmt: skip
+    with _report_only():
+        cli = HaloCLI(datamodule_class=HaloDataModule, save_config_callback=None, run=False, args=rest)
+        trainer = cli.trainer
+        configured = trainer.num_devices * trainer.num_nodes
+        devices = own.devices if own.devices is not None else configured if configured > 1 else 2
+        with input_errors_are_command_errors():  # verify's checks of its arguments, before anything runs
+            report = verification.verify(
+                cli.model, cli.datamodule, devices, strategy=trainer.strategy,
+                dtype=getattr(torch, own.dtype) if own.dtype else None, timeout=own.timeout,
+            )  # fmt: skip
     print(report)
     release_process_groups()
     return ExitStatus.OK if report.ok else ExitStatus.NOT_EXACT

@@ -35,7 +35,7 @@ def test_predictions_of_the_whole_graph_in_one_file(tmp_path: Path, caplog: pyte
     dm = HaloDataModule(data, cache_dir=str(tmp_path / "cache"))
     model = TwoOutputs(dm.num_features, dm.num_classes, hidden_channels=8)
     writer = HaloPredictionWriter(output_dir=str(tmp_path / "out"))
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch"):  # whatever an earlier test left as its level
         _trainer(tmp_path, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     path = tmp_path / "out" / "predictions.pt"
     assert writer.path == path

@@ -96,6 +96,31 @@ def test_every_strategy_option_of_the_config_is_what_verify_checks(lightning_hal
     assert options["bits"] == 4 and call["devices"] == 2 and call["dtype"] is None and call["timeout"] == 600.0
 
 
+def test_called_in_process_it_leaves_the_logging_as_it_was(lightning_halo_cli, monkeypatch) -> None:
+    """The command quiets Lightning's banners for its report, and restores the levels after: ``main`` called
+    in a user's process (a notebook) must not silence Lightning's INFO lines for the rest of the session."""
+    import logging
+
+    import lightning_halo.verification as verification
+    from lightning_halo.verification import VerifyReport
+
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    seen: list[list[int]] = []
+
+    def verify(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append([logger.level for logger in loggers])
+        return VerifyReport(devices=2, dtype=torch.float64)
+
+    monkeypatch.setattr(verification, "verify", verify)
+    for level in (logging.DEBUG, logging.NOTSET):
+        for logger in loggers:
+            monkeypatch.setattr(logger, "level", level)
+        code, _, err = lightning_halo_cli("verify", "--config", GCN)
+        assert code == 0, err
+        assert [logger.level for logger in loggers] == [level, level], "the levels were not restored"
+    assert seen == [[logging.WARNING] * 2] * 2, "quiet while the check runs"
+
+
 def test_only_a_mistake_in_the_command_is_status_2(lightning_halo_cli, fake_verify) -> None:
     """A timeout (3) and a failure while running (4) keep their traceback; the check's own verdict is 1."""
     from lightning_halo.verification import VerifyError, VerifyReport

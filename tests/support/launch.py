@@ -11,13 +11,12 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from benchmarks import launch
 from benchmarks.launch import REPO, check, free_port, run_forked
 from benchmarks.launch import run_workers as _run_workers
 from tests.support.launches import record
 
-PRELOAD = ("torch", "lightning", "torch_geometric", "torch_geometric.nn", "torchmetrics", "lightning_halo.strategy",
-           "lightning_halo.data.datamodule", "lightning_halo.callbacks", "lightning.pytorch.cli", "jsonargparse",
-           "tests.support.trainer")  # fmt: skip
+PRELOAD = (*launch.PRELOAD, "tests.support.trainer")
 
 
 def run_workers(args: Sequence[str], world_size: int, **kwargs) -> list[subprocess.CompletedProcess]:
@@ -29,9 +28,11 @@ def run_workers(args: Sequence[str], world_size: int, **kwargs) -> list[subproce
 def run_module(module: str, args: list[str], env: Mapping[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m module *args`` in the repository with exactly ``env``, forked from the same server as the ranks.
 
-    For the benchmark commands the tests run: what a fresh interpreter prints, without its imports.
+    For the benchmark commands the tests run: what a fresh interpreter prints, without its imports. Their
+    local ranks fork from a preloaded server of the command's own (``$LIGHTNING_HALO_BENCH_PRELOAD``).
     """
-    return run_forked(["-m", module, *args], dict(env), REPO, PRELOAD, timeout)
+    env = {**env, launch.PRELOAD_ENV: "1"}
+    return run_forked(["-m", module, *args], env, REPO, PRELOAD, timeout)
 
 
 __all__ = ["PRELOAD", "REPO", "check", "free_port", "run_module", "run_workers"]
