@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         # A pytest-xdist worker shares the cores with the others: PyTorch's default of one OpenMP thread
         # per core had 3 workers' threads spin-waiting on 2 cores (the unit folders: 105 s, 72 s with this).
-        threads = max(1, len(os.sched_getaffinity(0)) // int(config.workerinput["workercount"]))
+        threads = max(1, _usable_cores() // int(config.workerinput["workercount"]))
         os.environ["OMP_NUM_THREADS"] = str(threads)
         import torch
 
@@ -39,15 +39,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     end_session()
 
 
+def _usable_cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores this process may use, at most 8.
 
     A worker is often waiting (ranks meeting, a frozen peer's timeout, a SLURM job being scheduled):
     on 2 cores the whole suite ran at 61 % of the cores with one process and 88 % with three workers.
     """
-    import os
-
-    return min(len(os.sched_getaffinity(0)) + 1, 8)
+    return min(_usable_cores() + 1, 8)
 
 
 def _folder(nodeid: str) -> str:

@@ -20,7 +20,7 @@ def _whole_run(config: pytest.Config) -> bool:
     root = Path(str(config.rootpath))
     paths = [Path(config.invocation_params.dir, a.split("::")[0]).resolve() for a in config.args]
     whole = config.args_source != pytest.Config.ArgsSource.ARGS or all(p in (root, root / "tests") for p in paths)
-    selected = config.option.keyword or config.option.markexpr or config.getoption("deselect") or config.option.lf
+    selected = config.option.keyword or config.option.markexpr or config.getoption("deselect") or getattr(config.option, "lf", False)
     return whole and not selected and not config.option.collectonly
 
 

@@ -192,6 +192,8 @@ def load_graph(source: Source) -> Data:
 
 
 def _check_type(source: object) -> None:
+    if type(source).__name__ == "HeteroData":
+        check_graph(source, source="data")  # says what to do with one
     if not isinstance(source, (str, os.PathLike)):
         raise GraphValidationError(
             f"data must be a torch_geometric Data, a file path or a bundled dataset name, got {type(source).__name__}"

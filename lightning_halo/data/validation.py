@@ -51,6 +51,12 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
 
 def check_graph(data: object, *, source: str = "the graph") -> Data:
     """The checks of :func:`validate_graph`, changing nothing (a memory-mapped graph stays as it is)."""
+    if type(data).__name__ == "HeteroData":
+        raise GraphValidationError(
+            f"{source} is a HeteroData: training heterogeneous graphs is not supported yet (their partitioning is: "
+            "lightning_halo.partition.hetero). Convert it with data.to_homogeneous() and train RGCNConv, FastRGCNConv "
+            "or RGATConv with edge_type, or pass a torch_geometric.data.Data."
+        )
     if not isinstance(data, Data):
         raise GraphValidationError(
             f"{source} is a {type(data).__name__}, not a torch_geometric.data.Data; pass a Data "

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -255,7 +255,7 @@ class HeteroAssignment:
     layout: HeteroLayout
     num_parts: int
     partitioner: str
-    balanced_type: Optional[str]
+    balanced_type: str | None
     moved: int
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -266,7 +266,7 @@ def assign_hetero_parts(
     *,
     partitioner: str = "metis",
     seed: int = 0,
-    balance_type_of: Optional[str] = None,
+    balance_type_of: str | None = None,
     tolerance: float = 0.05,
     threads: int = 1,
 ) -> HeteroAssignment:

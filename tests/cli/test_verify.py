@@ -107,7 +107,7 @@ def test_called_in_process_it_leaves_the_logging_as_it_was(lightning_halo_cli, m
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
     seen: list[list[int]] = []
 
-    def verify(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def verify(*args, **kwargs):
         seen.append([logger.level for logger in loggers])
         return VerifyReport(devices=2, dtype=torch.float64)
 

@@ -40,6 +40,15 @@ def test_not_a_data() -> None:
         validate_graph({"x": torch.ones(2, 2)})
 
 
+def test_a_hetero_data_is_refused_saying_what_to_do() -> None:
+    from lightning_halo import HaloDataModule
+    from tests.support.hetero import generated_hetero
+
+    with pytest.raises(GraphValidationError, match="is a HeteroData: training heterogeneous graphs is not supported yet") as err:
+        HaloDataModule(generated_hetero())
+    assert "data.to_homogeneous()" in str(err.value) and "RGCNConv" in str(err.value)
+
+
 def test_unknown_bundled_name() -> None:
     with pytest.raises(GraphValidationError, match="neither an existing file nor a bundled dataset name.*cora"):
         load_graph("pubmed-offline")

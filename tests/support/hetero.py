@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -38,7 +37,7 @@ def generated_hetero(seed: int = 0, papers: int = 300, authors: int = 200, venue
     return data
 
 
-def dblp(root: Optional[Path] = None) -> Optional[HeteroData]:
+def dblp(root: Path | None = None) -> HeteroData | None:
     """HeCo's DBLP (author 4,057 labelled in 4 classes; paper, term, conference) with reverse edge types, or
     ``None`` where the shared datasets are not on this machine. Splits: ``train_20``/``val_20``/``test_20``."""
     import scipy.sparse as sp
