@@ -70,7 +70,10 @@ def scaled_loss(loss: Tensor, scale_loss: LossScaling, world_size: int, part: Op
     total = int(part.num_train_global)
     if total == 0:
         raise ValueError("the graph has no train node (train_mask is all False); nothing to train on.")
-    n_r = int(part.train_mask.sum()) if "train_mask" in part else 0
+    if hasattr(part, "train_count"):  # a heterogeneous partition: the labelled type's train nodes
+        n_r = part.train_count()
+    else:
+        n_r = int(part.train_mask.sum()) if "train_mask" in part else 0
     if n_r == 0:
         # The mean over zero nodes is NaN; keep the graph (every collective must run) but weigh it 0.
         return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss)) * 0.0

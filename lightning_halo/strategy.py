@@ -12,7 +12,6 @@ from typing import Any, Callable, Literal, Optional, Union
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.plugins.precision import Precision
@@ -20,16 +19,15 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_halo._compat.lightning import StrategyRegistryType, compiled_by_trainer, stop_launched_ranks
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.exchange.current import release_exchanger, use_exchanger
-from lightning_halo.layers.call import Aggregation
-from lightning_halo.layers.reduction import HaloReduction
-from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError, graph_norm_warning
 from lightning_halo.layers.batchnorm import BatchNormHook
+from lightning_halo.layers.call import Aggregation
 from lightning_halo.layers.hooks import (
     LayerContext,
     LayerHook,
@@ -38,10 +36,12 @@ from lightning_halo.layers.hooks import (
     install_batch_norms,
     install_hooks,
 )
+from lightning_halo.layers.reduction import HaloReduction
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError, graph_norm_warning
 from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.chunks import trim_heap
 from lightning_halo.partition.halo_partition import HaloPartition
-from lightning_halo.quant import check_bits
+from lightning_halo.partition.hetero import HeteroHaloPartition
 from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,12 @@ def check_num_threads(num_threads: Optional[int]) -> None:
         raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
 
 
-def check_batch(batch: Any, rank: int, world_size: int) -> HaloPartition:
+def check_batch(batch: Any, rank: int, world_size: int) -> HaloPartition | HeteroHaloPartition:
     """``batch`` if it is this rank's part of a ``world_size``-way partition, else the error saying why."""
-    if not isinstance(batch, HaloPartition):
+    if not isinstance(batch, (HaloPartition, HeteroHaloPartition)):
         raise TypeError(
-            f"HaloQuantStrategy expects every batch to be a HaloPartition, got {type(batch).__name__}. "
-            "Use lightning_halo.HaloDataModule (or a DataLoader yielding this rank's HaloPartition)."
+            f"HaloQuantStrategy expects every batch to be a HaloPartition (or a HeteroHaloPartition), got "
+            f"{type(batch).__name__}. Use lightning_halo.HaloDataModule (or a DataLoader yielding this rank's partition)."
         )
     if int(batch.num_parts) != world_size or int(batch.part_id) != rank:
         raise ValueError(
@@ -434,7 +434,7 @@ class HaloQuantStrategy(DDPStrategy):
         self._hooks, self._norm_hooks = [], []
 
     # ------------------------------------------------------------------ steps
-    def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition:
+    def _begin(self, args: tuple, kwargs: dict, training: bool) -> HaloPartition | HeteroHaloPartition:
         batch = check_batch(args[0] if args else kwargs.get("batch"), self.global_rank, self.world_size)
         use_exchanger(self.exchanger)  # lightning_halo.gather_rows in the step runs on it
         if self.exchanger.bind(batch):  # another partition (not another stage's view of the bound one)
@@ -462,9 +462,14 @@ class HaloQuantStrategy(DDPStrategy):
         """Cheap collective at the first step on a newly bound partition: every peer must expect exactly the
         rows we send. Run at every such bind (the exchanger says which are new), so nothing is remembered
         by object identity."""
+        keys = self.exchanger.plan_keys()  # "in", and one per node type on a heterogeneous partition
         sigs: list[Any] = [None] * self.world_size
-        dist.all_gather_object(sigs, self.exchanger.plan().signature(), group=self._halo_group)
-        check_signatures(sigs, self.global_rank)
+        dist.all_gather_object(sigs, [(k, self.exchanger.plan(k).signature()) for k in keys], group=self._halo_group)  # type: ignore[arg-type]
+        for i, key in enumerate(keys):
+            if any(len(s) != len(keys) or s[i][0] != key for s in sigs):
+                raise ValueError(f"rank {self.global_rank}: the ranks' partitions have other node types; every rank "
+                                 "must read the same graph")  # fmt: skip
+            check_signatures([s[i][1] for s in sigs], self.global_rank)
 
     def _report_layers(self) -> None:
         """Say once, on rank 0, how each layer runs (fused or edge_index, and why)."""

@@ -16,6 +16,15 @@ from torch_geometric.data import Data
 from typing_extensions import override
 
 from lightning_halo.data.cache import PartitionCache, cache_key, default_cache_dir
+from lightning_halo.data.hetero import (
+    HeteroPartitionCache,
+    HeteroPartitionDirectory,
+    HeteroSource,
+    format_hetero_stats,
+    hetero_cache_key,
+    is_hetero_partition_dir,
+    load_hetero_file,
+)
 from lightning_halo.data.partition_dir import (
     MANIFEST,
     PartitionDirectory,
@@ -24,6 +33,7 @@ from lightning_halo.data.partition_dir import (
     is_partition_dir,
 )
 from lightning_halo.data.sources import InMemorySource, PathSource, load_graph
+from lightning_halo.data.validation import is_hetero
 from lightning_halo.errors import internal_error
 from lightning_halo.partition.halo import format_stats, partitioner_label
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -153,11 +163,18 @@ class HaloDataModule(pl.LightningDataModule):
         self.balance = balance
         self.seed = seed
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self._source: Union[InMemorySource, PathSource, PartitionDirectory]
+        self._source: Union[InMemorySource, PathSource, PartitionDirectory, HeteroSource, HeteroPartitionDirectory]
+        hetero = load_hetero_file(Path(data)) if isinstance(data, (str, os.PathLike)) and Path(data).is_file() else None
         if isinstance(data, InMemorySource):  # a graph built at first use (HaloLinkDataModule's stages)
             self._source = data
         elif isinstance(data, Data):
             self._source = InMemorySource(data)
+        elif is_hetero(data):
+            self._source = HeteroSource(data)
+        elif hetero is not None:
+            self._source = HeteroSource(hetero, description=str(data))
+        elif isinstance(data, (str, os.PathLike)) and is_hetero_partition_dir(data):
+            self._source = HeteroPartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):
             self._source = PartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)):
@@ -173,7 +190,7 @@ class HaloDataModule(pl.LightningDataModule):
     @property
     def data(self) -> Data:
         """The whole graph, loaded and validated on first access (not available for a partition directory)."""
-        if isinstance(self._source, PartitionDirectory):
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             raise ValueError(
                 f"{self._source.dir} is a partition directory: it holds each rank's part, not the whole graph. "
                 "Use dm.partitions() or load the original graph with lightning_halo.load_graph."
@@ -185,12 +202,38 @@ class HaloDataModule(pl.LightningDataModule):
     @property
     def reads_partition_dir(self) -> bool:
         """Whether this data module reads a partition directory (each rank's part, never the whole graph)."""
-        return isinstance(self._source, PartitionDirectory)
+        return isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory))
+
+    @property
+    def hetero(self) -> bool:
+        """Whether the graph is heterogeneous (each rank's batch a :class:`~lightning_halo.partition.hetero.HeteroHaloPartition`)."""
+        return isinstance(self._source, (HeteroSource, HeteroPartitionDirectory))
+
+    @property
+    def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
+        """A heterogeneous graph's ``(node_types, edge_types)``, as ``HeteroData.metadata()`` gives them (for
+        ``to_hetero`` and ``HGTConv``), available before ``setup``."""
+        facts = self._hetero_facts("metadata")
+        return list(facts["node_types"]), [tuple(e) for e in facts["edge_types"]]  # type: ignore[misc]
+
+    @property
+    def labelled_type(self) -> str:
+        """The node type a heterogeneous graph's training reads ``y`` and the masks of."""
+        return str(self._hetero_facts("labelled_type")["labelled_type"])
+
+    def _hetero_facts(self, what: str) -> dict[str, Any]:
+        if not self.hetero:
+            raise AttributeError(f"HaloDataModule.{what} is for heterogeneous graphs (HeteroData); this graph is a Data")
+        return self._facts()
 
     def _facts(self) -> dict[str, Any]:
-        if isinstance(self._source, PartitionDirectory):
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             return self._source.read_meta()["graph"]
         return self._source.facts()
+
+    def _total_nodes(self) -> int:
+        found = self._facts()["num_nodes"]
+        return sum(found.values()) if isinstance(found, dict) else int(found)
 
     @property
     def graph_fingerprint(self) -> Optional[str]:
@@ -200,9 +243,11 @@ class HaloDataModule(pl.LightningDataModule):
         return None if found is None else str(found)
 
     @property
-    def num_features(self) -> int:
-        """Input feature dimension, available before ``setup`` (from the manifest, never the whole graph)."""
-        return int(self._facts()["num_features"])
+    def num_features(self) -> Any:
+        """Input feature dimension, available before ``setup`` (from the manifest, never the whole graph); for a
+        heterogeneous graph a dict by node type (0 for a type without features)."""
+        found = self._facts()["num_features"]
+        return dict(found) if isinstance(found, dict) else int(found)
 
     @property
     def num_classes(self) -> int:
@@ -210,12 +255,14 @@ class HaloDataModule(pl.LightningDataModule):
         return int(self._facts()["num_classes"])
 
     @property
-    def num_nodes(self) -> int:
-        """Nodes of the whole graph (the rows of :meth:`gather_predictions`), available before ``setup``."""
-        return int(self._facts()["num_nodes"])
+    def num_nodes(self) -> Any:
+        """Nodes of the whole graph (the rows of :meth:`gather_predictions`), available before ``setup``; for a
+        heterogeneous graph a dict by node type."""
+        found = self._facts()["num_nodes"]
+        return dict(found) if isinstance(found, dict) else int(found)
 
     # ------------------------------------------------------------------ predictions
-    def gather_predictions(self, predictions: Any, dst: Optional[int] = None) -> Any:
+    def gather_predictions(self, predictions: Any, dst: Optional[int] = None, node_type: Optional[str] = None) -> Any:
         """The predictions of every rank for the whole graph, in global node order.
 
         ``trainer.predict(model, datamodule=dm)`` returns, on each rank, what ``predict_step``
@@ -235,6 +282,9 @@ class HaloDataModule(pl.LightningDataModule):
                 data module yields one batch per rank), or that entry.
             dst (int, optional): the only rank to receive the result. (default: ``None``,
                 every rank)
+            node_type (str, optional): for a heterogeneous graph, the node type ``predict_step``
+                returned rows of: the result is ``[N_type, ...]`` in the type's order.
+                (default: the labelled type)
 
         Example:
             >>> logits = dm.gather_predictions(trainer.predict(model, datamodule=dm))  # doctest: +SKIP
@@ -256,7 +306,7 @@ class HaloDataModule(pl.LightningDataModule):
             )
         if isinstance(predictions, list) and len(predictions) == 1:
             predictions = predictions[0]  # trainer.predict's list of batch outputs: one batch per rank
-        return gather_predictions(predictions, self.partition, dst=dst)
+        return gather_predictions(predictions, self.partition, dst=dst, node_type=node_type)
 
     # ------------------------------------------------------------------ partitioning
     def _world(self) -> tuple[int, int]:
@@ -273,14 +323,17 @@ class HaloDataModule(pl.LightningDataModule):
                 f"(devices x num_nodes); each process owns one part, so they must be equal. "
                 f"Leave num_parts unset to follow the Trainer, or launch {num_parts} processes."
             )
-        check_num_parts(num_parts, int(self._facts()["num_nodes"]))
+        check_num_parts(num_parts, self._total_nodes())
         return num_parts
 
-    def cache_for(self, num_parts: int) -> PartitionDirectory:
+    def cache_for(self, num_parts: int) -> Any:
         """Where the partitioning into ``num_parts`` lives: its cache entry, or the partition directory itself."""
-        if isinstance(self._source, PartitionDirectory):
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             check_world_size(self._source.dir, self._source.read_meta(), num_parts)
             return self._source
+        if isinstance(self._source, HeteroSource):
+            key = hetero_cache_key(self._facts()["fingerprint"], num_parts=num_parts, partitioner=self.partitioner, seed=self.seed)
+            return HeteroPartitionCache(self.cache_dir, key)
         key = cache_key(
             self._facts()["fingerprint"], num_parts=num_parts, partitioner=self.partitioner, balance=self.balance, seed=self.seed
         )
@@ -297,25 +350,27 @@ class HaloDataModule(pl.LightningDataModule):
         """
         num_parts = num_parts or self.num_parts or self._default_parts()
         store = self.cache_for(num_parts)
-        if isinstance(store, PartitionCache) and not store.is_complete():
-            check_num_parts(num_parts, int(self._facts()["num_nodes"]))
+        if isinstance(store, (PartitionCache, HeteroPartitionCache)) and not store.is_complete():
+            check_num_parts(num_parts, self._total_nodes())
             return self._write(store, num_parts, on_phase)
         return store.read_meta()
 
-    def _write(self, store: PartitionCache, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
-        if isinstance(self._source, PartitionDirectory):
+    def _write(self, store: Any, num_parts: int, on_phase: Any = None) -> dict[str, Any]:
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             raise internal_error(f"a write into the user's partition directory {self._source.dir} (it is never rewritten)")
+        if isinstance(self._source, HeteroSource):
+            return store.write(self._source.open(), num_parts, graph=self._facts(), partitioner=self.partitioner, seed=self.seed)
         return store.write(
             self._source.open(), num_parts, graph=self._facts(), on_phase=on_phase,
             partitioner=self.partitioner, balance=self.balance, seed=self.seed,
         )  # fmt: skip
 
     def _default_parts(self) -> int:
-        if isinstance(self._source, PartitionDirectory):
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             return int(self._source.read_meta()["num_parts"])
         return 1
 
-    def partitions(self, num_parts: Optional[int] = None) -> list[HaloPartition]:
+    def partitions(self, num_parts: Optional[int] = None) -> list[Any]:
         """Compute (or load from the cache) all partitions, e.g. for inspection; not used in training."""
         num_parts = num_parts or self.num_parts or self._default_parts()
         manifest = self.build(num_parts)
@@ -330,7 +385,7 @@ class HaloDataModule(pl.LightningDataModule):
         Lightning's next barrier. ``setup`` (run by every rank) meets the same error and raises
         it everywhere. Nothing to do for a partition directory.
         """
-        if isinstance(self._source, PartitionDirectory):
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
             return
         world_size, _ = self._world()
         try:
@@ -342,8 +397,8 @@ class HaloDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         """Load this rank's partition (checked against the manifest) onto its device."""
         world_size, rank = self._world()
-        if isinstance(self._source, PartitionDirectory):
-            store: PartitionDirectory = self.cache_for(world_size)
+        if isinstance(self._source, (PartitionDirectory, HeteroPartitionDirectory)):
+            store = self.cache_for(world_size)
             if self.num_parts is not None:
                 self._resolve_num_parts(world_size)
         else:
@@ -356,7 +411,7 @@ class HaloDataModule(pl.LightningDataModule):
         try:
             part = store.load_part(rank)
         except PartitionFileError as err:
-            if isinstance(store, PartitionCache):  # derived data: rebuild it
+            if isinstance(store, (PartitionCache, HeteroPartitionCache)):  # derived data: rebuild it
                 _warn_rebuild(store, rank, f"corrupt ({err})")
                 self._write(store, world_size)
                 part = store.load_part(rank)
@@ -370,14 +425,21 @@ class HaloDataModule(pl.LightningDataModule):
         self._log_stats(manifest, store)
         self._data = None  # the whole graph is not needed on this rank; reloaded only if asked for
 
-    def _log_stats(self, manifest: dict[str, Any], store: PartitionDirectory) -> None:
+    def _log_stats(self, manifest: dict[str, Any], store: Any) -> None:
         if self._logged_key == manifest["key"]:
             return  # once per partitioning, not again for validate/test/predict
         self._logged_key = manifest["key"]
         stats = manifest["stats"]
         title = f"lightning-halo partition ({partitioner_label(manifest)}, {stats['num_parts']} parts, {store.dir})"
-        rank_zero_info("\n".join(format_stats(stats, title)))
         trainer = self.trainer
+        if self.hetero:
+            rank_zero_info("\n".join(format_hetero_stats(stats, title)))
+            if trainer is not None and trainer.logger is not None and trainer.global_rank == 0:
+                figures = {"partition/edge_cut": float(stats["edge_cut"]), "partition/halo_rows": float(stats["halo_rows"]),
+                           **{f"partition/halo_rows/{t}": float(n) for t, n in stats["halo_rows_per_type"].items()}}  # fmt: skip
+                trainer.logger.log_metrics(figures, step=0)
+            return
+        rank_zero_info("\n".join(format_stats(stats, title)))
         if trainer is not None and trainer.logger is not None and trainer.global_rank == 0:
             trainer.logger.log_metrics(
                 {

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.hetero import HeteroHaloPartition
 
 __all__ = ["PredictionError", "flatten_prediction", "gather_predictions", "place_rows"]
 
@@ -141,7 +142,7 @@ def place_rows(ids: list[Tensor], rows: list[Tensor], num_nodes: int) -> Tensor:
     return out
 
 
-def gather_predictions(prediction: Any, part: HaloPartition, dst: Optional[int] = None) -> Any:
+def gather_predictions(prediction: Any, part: Any, dst: Optional[int] = None, node_type: Optional[str] = None) -> Any:
     """Every rank's prediction for its own nodes, put together in global node order.
 
     A collective: every rank of the job must call it (with its own ``prediction`` and
@@ -156,6 +157,8 @@ def gather_predictions(prediction: Any, part: HaloPartition, dst: Optional[int] 
         part (HaloPartition): this rank's partition (the predict batch).
         dst (int, optional): the rank that receives the result (the others get ``None``);
             by default every rank receives it. (default: ``None``)
+        node_type (str, optional): on a heterogeneous partition, the node type the rows are of
+            (``[N_type, ...]`` in the type's global order). (default: its labelled type)
 
     Example:
         >>> out = model.predict_step(part, 0)  # doctest: +SKIP
@@ -170,15 +173,25 @@ def gather_predictions(prediction: Any, part: HaloPartition, dst: Optional[int] 
         raise ValueError(f"dst={dst} is not a rank of this job (0 to {world_size - 1}); use None for every rank")
     flat: Optional[Flat] = None
     problem: Optional[str] = None
+    n_inner, inner_ids, num_nodes = 0, torch.empty(0, dtype=torch.long), 0
     try:
-        if not isinstance(part, HaloPartition):
+        if isinstance(part, HeteroHaloPartition):
+            node_type = node_type or part.labelled_type
+            if node_type not in part.node_types:
+                raise PredictionError(f"node_type={node_type!r} is not a node type of the graph ({part.node_types})")
+            store = part[node_type]
+            n_inner, num_nodes = int(store.n_inner), int(store.num_nodes_global)
+            inner_ids = store.n_id[:n_inner]
+        elif isinstance(part, HaloPartition):
+            n_inner, inner_ids, num_nodes = int(part.n_inner), part.inner_global_id, int(part.num_nodes_global)
+        else:
             raise PredictionError(f"part must be this rank's HaloPartition (the predict batch), got {type(part).__name__}")
         if (int(part.num_parts), int(part.part_id)) != (world_size, rank):
             raise PredictionError(
                 f"rank {rank} of {world_size} was given partition {int(part.part_id)} of {int(part.num_parts)}; "
                 "each rank gathers with its own part of a partitioning into as many parts as there are processes"
             )
-        flat = flatten_prediction(prediction, int(part.n_inner))
+        flat = flatten_prediction(prediction, n_inner)
     except PredictionError as err:
         problem = str(err)
     signature = None if flat is None else flat.signature
@@ -186,19 +199,19 @@ def gather_predictions(prediction: Any, part: HaloPartition, dst: Optional[int] 
         if problem is not None:
             raise PredictionError(problem)
         assert flat is not None
-        placed = [place_rows([part.inner_global_id], [t], int(part.num_nodes_global)) for t in flat.tensors]
+        placed = [place_rows([inner_ids], [t], num_nodes) for t in flat.tensors]
         return flat.rebuild(placed)
     metas: list[Any] = [None] * world_size
-    dist.all_gather_object(metas, (problem, signature, int(part.n_inner) if flat is not None else 0))
+    dist.all_gather_object(metas, (problem, signature, n_inner if flat is not None else 0))
     _raise_everywhere(metas)
     assert flat is not None
     counts = [int(m[2]) for m in metas]
     cpu_wire = dist.get_backend() != "nccl"  # gloo and mpi gather host tensors; NCCL device tensors
-    gathered = [_gather_rows(t, counts, rank, dst, cpu_wire) for t in [part.inner_global_id, *flat.tensors]]
+    gathered = [_gather_rows(t, counts, rank, dst, cpu_wire) for t in [inner_ids, *flat.tensors]]
     if gathered[0] is None:
         return None
     ids = gathered[0]
-    placed = [place_rows(ids, rows, int(part.num_nodes_global)) for rows in gathered[1:]]
+    placed = [place_rows(ids, rows, num_nodes) for rows in gathered[1:]]
     return flat.rebuild(placed)
 
 

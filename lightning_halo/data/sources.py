@@ -48,7 +48,13 @@ from lightning_halo.data.datasets import BUNDLED, load_bundled
 from lightning_halo.data.partition_dir import MANIFEST, is_partition_dir
 from lightning_halo.data.pyg_datasets import PREFIX as PYG_PREFIX
 from lightning_halo.data.pyg_datasets import load_pyg_dataset
-from lightning_halo.data.validation import GraphValidationError, check_graph, infer_num_classes, validate_graph
+from lightning_halo.data.validation import (
+    GraphValidationError,
+    check_graph,
+    infer_num_classes,
+    is_hetero,
+    validate_graph,
+)
 from lightning_halo.partition.chunks import iter_rows, mapped_for_reading
 from lightning_halo.partition.options import MASK_KEYS
 
@@ -192,7 +198,7 @@ def load_graph(source: Source) -> Data:
 
 
 def _check_type(source: object) -> None:
-    if type(source).__name__ == "HeteroData":
+    if is_hetero(source):
         check_graph(source, source="data")  # says what to do with one
     if not isinstance(source, (str, os.PathLike)):
         raise GraphValidationError(

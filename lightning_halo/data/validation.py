@@ -49,13 +49,20 @@ def validate_graph(data: object, *, source: str = "the graph") -> Data:
     return data
 
 
+def is_hetero(data: object) -> bool:
+    """Whether ``data`` is a :class:`~torch_geometric.data.HeteroData`."""
+    from torch_geometric.data import HeteroData
+
+    return isinstance(data, HeteroData)
+
+
 def check_graph(data: object, *, source: str = "the graph") -> Data:
     """The checks of :func:`validate_graph`, changing nothing (a memory-mapped graph stays as it is)."""
-    if type(data).__name__ == "HeteroData":
+    if is_hetero(data):
         raise GraphValidationError(
-            f"{source} is a HeteroData: training heterogeneous graphs is not supported yet (their partitioning is: "
-            "lightning_halo.partition.hetero). Convert it with data.to_homogeneous() and train RGCNConv, FastRGCNConv "
-            "or RGATConv with edge_type, or pass a torch_geometric.data.Data."
+            f"{source} is a HeteroData, and this reads a homogeneous graph (a Data). Give a heterogeneous graph to "
+            "HaloDataModule itself (in memory, or a file written with torch.save(hetero_data, path)): it partitions all "
+            "node types together (docs: Heterogeneous graphs)."
         )
     if not isinstance(data, Data):
         raise GraphValidationError(

@@ -20,13 +20,14 @@ from lightning_halo.exchange.collectives import Collectives
 from lightning_halo.exchange.cover import CoverPlan, CoverRoute, build_cover_plan, build_route
 from lightning_halo.exchange.inputs import InputHalos
 from lightning_halo.exchange.meter import TrafficMeter
-from lightning_halo.exchange.plan import Direction, ExchangePlan
+from lightning_halo.exchange.plan import Direction, ExchangePlan, type_plan_key
 from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.slots import SlotTable
 from lightning_halo.exchange.state import ExchangeState
 from lightning_halo.exchange.wire import SoloTransport, Transport, Wire
 from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.hetero import HeteroHaloPartition
 from lightning_halo.quant import check_bits
 
 #: Observer of training exchanges (tests): ``fn(traffic, epoch, slot, sent, received)``.
@@ -107,12 +108,13 @@ class HaloExchanger:
         self._inputs = InputHalos(self.collectives)
         self._plans: dict[Direction, ExchangePlan] = {}
         self._cover: Optional[CoverPlan] = None
-        self._part: Optional[HaloPartition] = None
+        self._part: Optional[HaloPartition | HeteroHaloPartition] = None
         self._of_partition: dict[str, Any] = {}  # values of the bound partition (partition_value)
         self._mode: Mode = "sync"
         self._training = False
         self._epoch = 0
         self._slot_index = 0
+        self._steps = 0
         self._anchors: list[Tensor] = []
         self._observers: list[Observer] = []
 
@@ -136,10 +138,10 @@ class HaloExchanger:
         return self.bound and self._plans["in"].world_size > 1
 
     @property
-    def part(self) -> Optional[HaloPartition]:
+    def part(self) -> Optional[HaloPartition | HeteroHaloPartition]:
         return self._part
 
-    def bind(self, part: HaloPartition) -> bool:
+    def bind(self, part: HaloPartition | HeteroHaloPartition) -> bool:
         """Use ``part``'s plan. Returns True if it is another partition than the bound one.
 
         Another batch object of the bound partition (a stage's view,
@@ -149,12 +151,17 @@ class HaloExchanger:
         """
         if part is self._part:
             return False
-        if self._part is not None and part.shares_structure(self._part):
+        if isinstance(part, HaloPartition) and isinstance(self._part, HaloPartition) and part.shares_structure(self._part):
             self._part = part
             self._inputs.bind(part, same_partition=True)
             return False
         self._part = part
-        self._plans = {"in": ExchangePlan.from_partition(part)}
+        if isinstance(part, HeteroHaloPartition):
+            # one plan per node type ("in:<type>", what the layer calls fetch along) and their sum as "in"
+            typed = {type_plan_key(t): ExchangePlan.from_node_store(part, t) for t in part.node_types}
+            self._plans = {"in": ExchangePlan.summed(list(typed.values())), **typed}  # type: ignore[dict-item]
+        else:
+            self._plans = {"in": ExchangePlan.from_partition(part)}
         self._cover = None
         self._of_partition.clear()
         self._inputs.bind(part)
@@ -189,13 +196,23 @@ class HaloExchanger:
         return self._of_partition[key]
 
     def plan(self, direction: Direction = "in") -> ExchangePlan:
-        """The plan of ``direction`` (``"in"``: the partition's; ``"out"`` once :meth:`add_plan` added it)."""
+        """The plan of ``direction`` (``"in"``: the partition's; ``"out"`` once :meth:`add_plan` added it; on a
+        heterogeneous partition ``"in:<type>"``, see :func:`~lightning_halo.exchange.plan.type_plan_key`)."""
         if not self._plans:
             raise RuntimeError(
                 "a message-passing layer ran outside a training/validation/test/predict step, so lightning-halo does "
                 "not know which partition it belongs to; run the model inside a step on a HaloPartition batch."
             )
         return self._plans[direction]
+
+    def plan_keys(self) -> list[str]:
+        """The keys of the bound partition's plans (``"in"``, and per node type on a heterogeneous one)."""
+        return list(self._plans)
+
+    @property
+    def hetero(self) -> bool:
+        """Whether the bound partition is heterogeneous (its halos travel per node type)."""
+        return isinstance(self._part, HeteroHaloPartition)
 
     def add_plan(self, direction: Direction, plan: ExchangePlan) -> None:
         """Register a further plan of the bound partition (its reversed out-edges' halo)."""
@@ -264,7 +281,13 @@ class HaloExchanger:
             if mode == "adaptive":
                 self._slots.decide(epoch)
         self._slot_index = 0
+        self._steps += 1
         self._anchors.clear()
+
+    @property
+    def steps(self) -> int:
+        """Steps begun (:meth:`begin_step` calls): what a value kept for one step is keyed by."""
+        return self._steps
 
     @property
     def mode(self) -> Mode:
@@ -310,6 +333,11 @@ class HaloExchanger:
         With a ``route`` (partial sums, only for ``direction="in"``), the result is the route's
         block ``[route.block, ...]`` instead: fetched halo rows and partial sums, owner after owner.
         """
+        if direction == "in" and self.hetero:
+            raise RuntimeError(
+                "internal error in lightning-halo: a homogeneous fetch on a heterogeneous partition (its halos travel per "
+                "node type, plan 'in:<type>'); please report it"
+            )
         p = self.plan(direction)
         if x_inner.dim() != 2:
             flat = self.fetch(x_inner.reshape(x_inner.size(0), -1), layer, direction=direction, exact=exact, route=route)

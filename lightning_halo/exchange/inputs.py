@@ -18,6 +18,7 @@ from lightning_halo.exchange.collectives import Collectives
 from lightning_halo.exchange.plan import Direction, ExchangePlan
 from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.halo_partition import HaloPartition, tensor_digest
+from lightning_halo.partition.hetero import HeteroHaloPartition
 
 
 class InputHalos:
@@ -29,10 +30,10 @@ class InputHalos:
 
     def __init__(self, collectives: Collectives) -> None:
         self.collectives = collectives
-        self._part: Optional[HaloPartition] = None
+        self._part: Optional[HaloPartition | HeteroHaloPartition] = None
         self._memo = TensorMemo()
 
-    def bind(self, part: Optional[HaloPartition], same_partition: bool = False) -> None:
+    def bind(self, part: Optional[HaloPartition | HeteroHaloPartition], same_partition: bool = False) -> None:
         """Serve ``part``'s tensors (``None``: none). ``same_partition``: another view of the bound partition
         (its plan unchanged), whose halos already computed stay valid: they are kept by tensor, not by batch."""
         self._part = part
@@ -42,14 +43,17 @@ class InputHalos:
     def holds(self, x: Tensor) -> bool:
         """Whether ``x`` is one of the bound partition's own tensors (and needs no gradient)."""
         part = self._part
-        return part is not None and not x.requires_grad and any(v is x for v in part.values() if isinstance(v, Tensor))
+        if part is None or x.requires_grad:
+            return False
+        stores = part.node_stores if isinstance(part, HeteroHaloPartition) else [part]
+        return any(v is x for store in stores for v in store.values() if isinstance(v, Tensor))
 
     def halo(self, x: Tensor, plan: ExchangePlan, direction: Direction, layer: str) -> Tensor:
         """The halo rows of ``x`` (one of :meth:`holds`' tensors) along ``plan``."""
         hit = self._memo.get(direction, (x,))
         if hit is not None:
             return hit
-        stored = self._stored(x, plan, layer) if direction == "in" else None
+        stored = self._stored(x, plan, layer) if direction != "out" else None
         if stored is None:
             stored = self.collectives.wire.exchange(x[plan.send_index], 32, *plan.counts(True), layer, "input")
         return self._memo.put(direction, (x,), stored)
@@ -62,6 +66,8 @@ class InputHalos:
         """
         part = self._part
         assert part is not None
+        if isinstance(part, HeteroHaloPartition):  # the node type whose x this is (holds() found one)
+            part = next((s for s in part.node_stores if s.get("x") is x), part.node_stores[0])
         halo_x, digest = part.get("halo_x"), part.get("x_digest")
         ok = (
             x is part.get("x")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Sequence, get_args
 
-import torch  # noqa: F401  (the docstring examples use it)
+import torch
 from torch import Tensor
 
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -15,6 +15,16 @@ from lightning_halo.partition.halo_partition import HaloPartition
 #: ``edge_index.flip(0)`` and ``flow="target_to_source"``).
 Direction = Literal["in", "out"]
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
+
+
+def type_plan_key(node_type: str) -> str:
+    """The key of a heterogeneous partition's plan for the halo of ``node_type`` (beside ``"in"``).
+
+    Example:
+        >>> type_plan_key("author")
+        'in:author'
+    """
+    return f"in:{node_type}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,39 @@ class ExchangePlan:
             send_index=part.send_index,
             send_counts=tuple(int(c) for c in part.send_counts.tolist()),
             recv_counts=tuple(int(c) for c in part.recv_counts.tolist()),
+        )
+
+    @classmethod
+    def from_node_store(cls, part: Any, node_type: str) -> ExchangePlan:
+        """The plan of one node type of a :class:`~lightning_halo.partition.hetero.HeteroHaloPartition`."""
+        store = part[node_type]
+        return cls(
+            rank=int(part.part_id),
+            world_size=int(part.num_parts),
+            n_inner=int(store.n_inner),
+            n_halo=int(store.num_nodes) - int(store.n_inner),
+            send_index=store.send_index,
+            send_counts=tuple(int(c) for c in store.send_counts.tolist()),
+            recv_counts=tuple(int(c) for c in store.recv_counts.tolist()),
+        )
+
+    @classmethod
+    def summed(cls, plans: Sequence[ExchangePlan]) -> ExchangePlan:
+        """All node types' plans as one: the rank's totals (its signature, checkpoint shapes, traffic figures).
+
+        Its ``send_index`` lists every type's sent rows, each in its own type's ids: it sizes the
+        sends, it addresses no tensor (a heterogeneous partition has no single feature matrix).
+        """
+        first = plans[0]
+        world = first.world_size
+        return cls(
+            rank=first.rank,
+            world_size=world,
+            n_inner=sum(p.n_inner for p in plans),
+            n_halo=sum(p.n_halo for p in plans),
+            send_index=torch.cat([p.send_index for p in plans]),
+            send_counts=tuple(sum(p.send_counts[q] for p in plans) for q in range(world)),
+            recv_counts=tuple(sum(p.recv_counts[q] for p in plans) for q in range(world)),
         )
 
     @property

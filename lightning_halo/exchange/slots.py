@@ -18,10 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
-
-import math
 
 import torch
 from torch import Tensor

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_halo.exchange.meter import TrafficMeter, Traffic
+from lightning_halo.exchange.meter import Traffic, TrafficMeter
 
 
 class HaloExchangeError(RuntimeError):

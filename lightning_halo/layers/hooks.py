@@ -24,10 +24,14 @@ from lightning_halo._compat.pyg import restore, switch_off
 from lightning_halo._compat.torch import compiled_function, compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.exchange.cover import CoverRoute
+from lightning_halo.exchange.plan import type_plan_key
 from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
+from lightning_halo.layers.hetero import HeteroRunning, check_propagation, cut_output, relation_call, types_call
+from lightning_halo.layers.propagate import count_propagation, step_inputs
+from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
 from lightning_halo.layers.registry import (
     COMPILE_REFUSAL,
     LayerSpec,
@@ -37,10 +41,9 @@ from lightning_halo.layers.registry import (
     refused_instance,
     refused_wrapper,
 )
-from lightning_halo.layers.propagate import count_propagation, step_inputs
-from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
-from lightning_halo.memo import WarnOnce
+from lightning_halo.memo import TensorMemo, WarnOnce
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.hetero import HeteroHaloPartition
 
 
 class LayerContext:
@@ -65,13 +68,20 @@ class LayerContext:
         #: How each layer ran (fused or edge_index, and why), by layer name.
         self.choices: dict[str, str] = {}
         self.warn_once = WarnOnce()
+        self.hetero: Optional[HeteroHaloPartition] = None
+        self._type_halos = TensorMemo(limit=256)  # a source type's halo per tensor and step (layers.hetero)
 
-    def bind(self, part: HaloPartition) -> None:
-        self.edges = PartitionEdges(part, self.exchanger, self.collectives)
+    def bind(self, part: HaloPartition | HeteroHaloPartition) -> None:
+        self._type_halos.clear()
+        if isinstance(part, HeteroHaloPartition):
+            self.edges, self.hetero = None, part
+        else:
+            self.edges, self.hetero = PartitionEdges(part, self.exchanger, self.collectives), None
 
     def release(self) -> None:
         """Let go of the bound partition's edges (at teardown)."""
-        self.edges = None
+        self.edges, self.hetero = None, None
+        self._type_halos.clear()
 
     def record(self, layer: str, how: str) -> None:
         """Note how ``layer`` ran (the strategy prints each change once, on rank 0)."""
@@ -79,13 +89,19 @@ class LayerContext:
 
     @property
     def bound(self) -> bool:
-        return self.edges is not None and self.exchanger.bound
+        return (self.edges is not None or self.hetero is not None) and self.exchanger.bound
 
     def norm_rows(self) -> Optional[tuple[int, int, AllSum]]:
         """What a batch norm needs to be global: the partition's inner and halo row counts and the
         all-reduce; ``None`` when nothing is to be shared (no partition bound, or one process)."""
         if not self.exchanger.active:
             return None
+        if self.hetero is not None:
+            raise UnsupportedLayerError(
+                "a batch norm ran on a heterogeneous partition: its statistics would be over this rank's nodes of one "
+                "type, and lightning-halo makes batch norms global on homogeneous partitions only so far; use "
+                "LayerNorm(mode='node') or no norm"
+            )
         plan = self.exchanger.plan()
         return plan.n_inner, plan.n_halo, self.collectives.all_sum
 
@@ -94,6 +110,16 @@ class LayerContext:
     ) -> Tensor:
         """The halo rows of ``x_inner`` (differentiable): the route's block with partial sums, if given."""
         return self.exchanger.fetch(x_inner, layer, direction=direction, exact=exact, route=route)
+
+    def fetch_type(self, x_inner: Tensor, node_type: str, group: str) -> Tensor:
+        """The halo rows of ``x_inner`` (rows of ``node_type``), fetched once per tensor and step however many
+        relations read them; named ``group[node_type]`` in the traffic and the slots."""
+        key = (self.exchanger.steps, node_type)
+        hit = self._type_halos.get(key, (x_inner,))
+        if hit is None:
+            halo = self.exchanger.fetch(x_inner, f"{group}[{node_type}]", direction=type_plan_key(node_type))  # type: ignore[arg-type]
+            hit = self._type_halos.put(key, (x_inner,), halo)
+        return hit
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -164,11 +190,15 @@ class LayerHook:
     def __init__(self, module: Module, name: str, spec: LayerSpec, ctx: LayerContext) -> None:
         self.module, self.name, self.spec, self.ctx = module, name, spec, ctx
         self.kind = spec.kind
-        self._stack: list[Optional[_Running]] = []
+        self._stack: list[Optional[_Running | HeteroRunning]] = []
+        self._hetero_propagations = 0
         self._handles: list[Any] = []
         self._first_cached = _FirstCachedCall()
         sig = _signature(module)
-        if "x" not in sig.parameters or "edge_index" not in sig.parameters:
+        if spec.kind == "types":
+            if "x_dict" not in sig.parameters or "edge_index_dict" not in sig.parameters:
+                raise UnsupportedLayerError(f"{type(module).__name__}.forward must take x_dict and edge_index_dict")
+        elif "x" not in sig.parameters or "edge_index" not in sig.parameters:
             raise UnsupportedLayerError(
                 f"{type(module).__name__}.forward must take arguments named `x` and `edge_index` to be partitioned."
             )
@@ -195,8 +225,15 @@ class LayerHook:
         if not ctx.bound:
             self._stack.append(None)
             return None
-        assert ctx.edges is not None
         bound = _signature(module).bind(*args, **kwargs)
+        if ctx.hetero is not None:
+            return self._pre_hetero(module, bound, ctx.hetero)
+        if self.kind == "types":
+            raise UnsupportedLayerError(
+                f"layer '{self.name}' ({type(module).__name__}) takes dicts of node and edge types: train it on a "
+                "heterogeneous graph (HaloDataModule(hetero_data))"
+            )
+        assert ctx.edges is not None
         stored = ctx.exchanger.holds_input(bound.arguments.get("x"))
         call = build_call(self.name, module, self.spec, bound.arguments, ctx.edges, ctx.aggregation, ctx.halo_reduction, stored)
         if call is None:
@@ -213,6 +250,20 @@ class LayerHook:
             self._first_cached.check(call)
         self._stack.append(self._apply(module, call, bound.arguments))
         ctx.record(self.name, call.describe())
+        return bound.args, bound.kwargs
+
+    def _pre_hetero(self, module: Module, bound: inspect.BoundArguments, part: HeteroHaloPartition) -> Optional[tuple[tuple, dict]]:
+        ctx = self.ctx
+        world = ctx.exchanger.world_size
+        if self.kind == "types":
+            running = types_call(self.name, module, bound.arguments, part, world, ctx.fetch_type)
+        else:
+            running = relation_call(self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type)
+        self._stack.append(running)
+        if running is None:
+            return None
+        self._hetero_propagations = 0
+        ctx.record(self.name, "heterogeneous partition: per-type halo rows appended, PyG's own forward")
         return bound.args, bound.kwargs
 
     def _apply(self, module: Module, call: LayerCall, arguments: dict) -> _Running:
@@ -242,6 +293,10 @@ class LayerHook:
         running = self._stack[-1] if self._stack else None
         if running is None:
             return None
+        if isinstance(running, HeteroRunning):
+            self._hetero_propagations += 1
+            check_propagation(running, self._hetero_propagations)
+            return None
         edge_index, size, kwargs = inputs
         call = running.call
         running.propagations += 1
@@ -263,6 +318,8 @@ class LayerHook:
         running = self._stack.pop() if self._stack else None
         if running is None:
             return None
+        if isinstance(running, HeteroRunning):
+            return cut_output(running, output)
         if running.restore is not None:
             restore(module, *running.restore)
         keep = running.call.keep_rows

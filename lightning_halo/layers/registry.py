@@ -10,7 +10,15 @@ list complete). How a supported layer is fed on a partition (its *kind*):
   computed globally (the halo nodes' degrees come from their owners, once);
 * ``"steps"``: the layer propagates several times in one call (APPNP, SGConv, ChebConv, ...):
   it is called on the inner rows, and before *every* propagation the halo rows of what it
-  propagates are fetched from their owners, as if the steps were stacked layers.
+  propagates are fetched from their owners, as if the steps were stacked layers;
+* ``"types"``: a heterogeneous layer called on dicts of node and edge types (``HGTConv``), on
+  heterogeneous partitions only: every source type's rows get their halo rows, every output is
+  cut back to its type's inner rows (:mod:`lightning_halo.layers.hetero`).
+
+On a heterogeneous partition, the per-edge-type calls of ``to_hetero`` models and ``HeteroConv``
+run ``"bipartite"`` layers as ``layer((x_src ++ halo_src, x_dst), edge_index)`` and ``"full"``
+layers of a relation within one type as above; ``"gcn"`` and ``"steps"`` layers are refused
+there, with the reason (:mod:`lightning_halo.layers.hetero`).
 
 Each supported class also declares how many ``propagate`` calls one forward makes (more is
 refused: a multi-hop layer registered as single-step would read halo rows that nobody
@@ -45,7 +53,7 @@ COMPILE_REFUSAL = (
 )
 
 #: How a class is registered (see the module docstring).
-LayerKind = Literal["bipartite", "full", "gcn", "steps"]
+LayerKind = Literal["bipartite", "full", "gcn", "steps", "types"]
 KINDS: tuple[LayerKind, ...] = get_args(LayerKind)
 #: How one call's node features are given to the layer: the kind, with ``"gcn"`` fed ``"full"``.
 Feed = Literal["bipartite", "full", "steps"]
@@ -228,6 +236,7 @@ _BUILTIN_SPECS: dict[str, LayerSpec] = {
         feed_for=lambda m: "full" if m.combine_root == "self_loop" else "bipartite", partial_sums=_always,
     ),
     "FiLMConv": LayerSpec("bipartite", propagations=_relations),
+    "HGTConv": LayerSpec("types"),
     "RGCNConv": LayerSpec("bipartite", propagations=_relations),
     "FastRGCNConv": LayerSpec("bipartite"),
     "RGATConv": LayerSpec("full"),
@@ -310,12 +319,11 @@ _BUILTIN_REFUSED: dict[str, str] = {
     "SignedConv": "it takes separate positive and negative edge sets",
     "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
     "PANConv": "it builds path matrices over the whole graph with torch-sparse",
-    "HANConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported: "
-    "convert with data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
+    "HANConv": "its semantic attention weighs each metapath by a mean over all nodes of the target type (global "
+    "attention), which a partition does not hold; HGTConv, or to_hetero / HeteroConv with GATConv on the metapath "
+    "edge types (T.AddMetaPaths), are exact",
     "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings); RGCNConv or "
     "RGATConv with edge_type are exact",
-    "HGTConv": "it is a heterogeneous-graph layer (dicts of node and edge types); HeteroData is not supported: "
-    "convert with data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
     "MeshCNNConv": "it convolves mesh edges, not nodes",
     "SplineConv": "its exactness on partitions is not verified (it needs torch-spline-conv, not installable "
     "here); declare it with register_layer(SplineConv, 'bipartite') if you rely on it",
@@ -326,14 +334,13 @@ _BUILTIN_REFUSED: dict[str, str] = {
 _BUILTIN_WRAPPERS: dict[str, str] = {
     "DirGNNConv": "through its inner layer, run on the in-edges and on the reversed out-edges",
     "AntiSymmetricConv": "through its inner layer `phi` (each iteration exchanges its input)",
+    "HeteroConv": "through its inner layer of every edge type, on heterogeneous partitions (one halo fetch per source type)",
 }  # fmt: skip
 #: Non-message-passing modules of PyG that cannot run on a partition, and why.
 _BUILTIN_REFUSED_WRAPPERS: dict[str, str] = {
     "GPSConv": "its global attention reads every node of the graph; its local part alone is exact: the "
     "message-passing layer it wraps (e.g. GINEConv) with a residual, an MLP and node-wise norms "
     "(LayerNorm(mode='node'), BatchNorm), or neighbourhood attention (TransformerConv, GATConv)",
-    "HeteroConv": "it is a heterogeneous-graph wrapper; HeteroData is not supported: convert with "
-    "data.to_homogeneous() and use RGCNConv, FastRGCNConv or RGATConv with edge_type",
     "WLConv": "it hashes colours over the whole graph",
     "XConv": "it builds a k-NN graph over all nodes' positions",
     "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); GATConv is exact",
@@ -457,11 +464,14 @@ def register_layer(
     ``"gcn"`` for layers with GCN's ``normalize`` / ``improved`` / ``add_self_loops``
     attributes whose normalisation reads source degrees; ``"steps"`` for a layer that calls
     ``propagate`` several times in one forward, each step reading the previous step's
-    output (APPNP-like): its input is exchanged before every propagation.
+    output (APPNP-like): its input is exchanged before every propagation; ``"types"`` for a
+    heterogeneous layer whose ``forward(x_dict, edge_index_dict)`` computes each node from its
+    own row, its in-edges of every type and their sources' rows (HGTConv-like; heterogeneous
+    partitions only).
 
     Args:
         cls (type): a :class:`~torch_geometric.nn.conv.MessagePassing` subclass.
-        kind (str): ``"bipartite"``, ``"full"``, ``"gcn"`` or ``"steps"``.
+        kind (str): ``"bipartite"``, ``"full"``, ``"gcn"``, ``"steps"`` or ``"types"``.
         propagations (int, optional): ``propagate`` calls one forward of a ``"bipartite"``,
             ``"full"`` or ``"gcn"`` layer makes, all on its (exchanged) input; a call that
             propagates more often is refused. ``None``: any number. (default: ``1``)

@@ -29,9 +29,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data import HeteroData
 
 from lightning_halo.partition.graph import assign_parts, symmetric_csr
 from lightning_halo.partition.halo import plan_halos
+from lightning_halo.partition.halo_partition import stacked_view, tensor_digest
 
 EdgeType = tuple[str, str, str]
 
@@ -419,13 +421,94 @@ def type_counts(plans: Sequence[HeteroPartPlan]) -> list[dict[str, dict[str, int
     return out
 
 
-def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[Any]:
-    r"""One :class:`~torch_geometric.data.HeteroData` per part: what a rank's batch holds.
+class HeteroHaloPartition(HeteroData):
+    r"""One rank's share of a heterogeneous graph: a :class:`~torch_geometric.data.HeteroData` in local ids.
+
+    Per node type ``t``, ``part[t]`` holds ``x`` (the inner rows; ``halo_x`` the halo rows,
+    written at partition time so the first layer needs no exchange, with ``x_digest`` to notice
+    a changed ``x``), ``n_id`` (global ids within the type: inner nodes, then halo),
+    ``n_inner``, ``num_nodes`` (inner and halo: the local id space of the edges), the type's
+    exchange plan (``send_index``, ``send_counts``, ``recv_counts``) and every other node
+    attribute restricted to the inner nodes. Per edge type, ``edge_index`` holds every in-edge
+    of the target type's inner nodes: sources among the source type's inner and halo nodes,
+    targets among the target type's inner nodes; ``e_id`` their positions in the graph's edge
+    list of that type. So ``part.x_dict``, ``part.edge_index_dict`` and ``part[t].n_id`` read as
+    in a :class:`~torch_geometric.data.HeteroData`, and a layer fed each type's inner rows with
+    their halo rows appended computes every inner node exactly as on the whole graph.
+
+    Graph-level: ``part_id``, ``num_parts``, ``labelled_type`` (the type training reads ``y`` and
+    the masks of) and ``num_train_global`` (its train nodes over all parts).
+    """
+
+    @property
+    def labelled_store(self) -> Any:
+        """The node store of :attr:`labelled_type` (``y`` and the masks)."""
+        return self[self.labelled_type]
+
+    def train_count(self) -> int:
+        """Train nodes of the labelled type this part owns."""
+        store = self.labelled_store
+        return int(store.train_mask.sum()) if "train_mask" in store else 0
+
+    def edge_type_of(self, edge_index: Any) -> EdgeType | None:
+        """The edge type whose ``edge_index`` is this very object (``None``: none is)."""
+        for e in self.edge_types:
+            if self[e].get("edge_index") is edge_index:
+                return e  # type: ignore[return-value]
+        return None
+
+    def node_type_of(self, x: Any) -> str | None:
+        """The node type whose ``x`` is this very object (``None``: none is)."""
+        for t in self.node_types:
+            if self[t].get("x") is x:
+                return t
+        return None
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain dicts of tensors and scalars (what a part file holds; ``torch.load(weights_only=True)`` reads it).
+
+        ``x`` and ``halo_x`` stay one tensor (``[x; halo_x]``) so the file holds the rows once.
+        """
+        nodes: dict[str, dict[str, Any]] = {}
+        for t in self.node_types:
+            store = dict(self[t].items())
+            x, halo = store.pop("x", None), store.pop("halo_x", None)
+            if isinstance(x, Tensor) and isinstance(halo, Tensor):
+                whole = stacked_view(x, halo)  # one tensor already (as partitioned): no copy
+                store["x_rows"] = whole if whole is not None else torch.cat([x, halo])
+            nodes[t] = store
+        edges = {tuple(e): dict(self[e].items()) for e in self.edge_types}
+        return {"graph": dict(self.stores[0].items()), "nodes": nodes, "edges": edges}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> HeteroHaloPartition:
+        """The part :meth:`to_state` wrote."""
+        part = cls()
+        for t, store in state["nodes"].items():
+            out = part[t]
+            for key, value in store.items():
+                if key == "x_rows":
+                    n = int(store["n_inner"])
+                    out.x, out.halo_x = value[:n], value[n:]
+                else:
+                    out[key] = value
+        for e, store in state["edges"].items():
+            out = part[tuple(e)]
+            for key, value in store.items():
+                out[key] = value
+        for key, value in state["graph"].items():
+            part[key] = value
+        return part
+
+
+def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[HeteroHaloPartition]:
+    r"""One :class:`HeteroHaloPartition` per part: what a rank's batch holds.
 
     For every node type: ``x`` (the inner rows) and ``halo_x`` (the halo rows; both views of one
     tensor, so ``[x; halo_x]`` costs no copy), ``n_id`` (global ids within the type: inner, then
     halo, so ``emb[t](batch[t].n_id)`` looks up exactly the rows of the local nodes), ``n_inner``,
-    ``num_nodes`` (inner and halo: the local id space of the edges), ``send_index``, ``send_counts``
+    ``num_nodes`` (inner and halo: the local id space of the edges), ``num_nodes_global`` (the
+    type's nodes in the whole graph), ``send_index``, ``send_counts``
     and ``recv_counts`` (the type's exchange plan), and every other node attribute (``y``, masks)
     restricted to the inner nodes. For every edge type: ``edge_index`` in local ids and every
     edge attribute restricted to the kept edges, in their original order, with ``e_id`` their
@@ -441,12 +524,13 @@ def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[Any
         >>> sorted(torch.cat([p["paper"].n_id[: p["paper"].n_inner] for p in parts]).tolist())
         [0, 1, 2, 3]
     """
-    from torch_geometric.data import HeteroData
-
     layout = assignment.layout
+    labelled = assignment.balanced_type if assignment.balanced_type in layout.labelled else layout.labelled[0]
+    train = data[labelled].get("train_mask")
+    num_train_global = int(train.sum()) if isinstance(train, Tensor) else 0
     result = []
     for plan in plan_hetero_parts(data, assignment):
-        part = HeteroData()
+        part = HeteroHaloPartition()
         for t in layout.node_types:
             tp, store = plan.types[t], data[t]
             inner = tp.n_id[: tp.n_inner]
@@ -457,6 +541,7 @@ def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[Any
                 if key == "x" and isinstance(value, Tensor):
                     rows = value[tp.n_id]  # inner rows, then halo rows: one tensor
                     out.x, out.halo_x = rows[: tp.n_inner], rows[tp.n_inner :]
+                    out.x_digest = tensor_digest(out.x)
                 elif isinstance(value, Tensor) and value.dim() > 0 and value.size(0) == layout.num_nodes[t]:
                     out[key] = value[inner]
                 else:
@@ -464,6 +549,7 @@ def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[Any
             out.n_id = tp.n_id
             out.n_inner = tp.n_inner
             out.num_nodes = tp.n_inner + tp.n_halo
+            out.num_nodes_global = layout.num_nodes[t]
             out.send_index = tp.send_index
             out.send_counts = torch.tensor(tp.send_counts, dtype=torch.long)
             out.recv_counts = torch.tensor(tp.recv_counts, dtype=torch.long)
@@ -483,5 +569,7 @@ def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[Any
             part[key] = value
         part.part_id = plan.part
         part.num_parts = plan.num_parts
+        part.labelled_type = labelled
+        part.num_train_global = num_train_global
         result.append(part)
     return result

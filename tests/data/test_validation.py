@@ -40,13 +40,12 @@ def test_not_a_data() -> None:
         validate_graph({"x": torch.ones(2, 2)})
 
 
-def test_a_hetero_data_is_refused_saying_what_to_do() -> None:
-    from lightning_halo import HaloDataModule
+def test_a_hetero_data_where_a_data_is_read_says_where_it_goes() -> None:
     from tests.support.hetero import generated_hetero
 
-    with pytest.raises(GraphValidationError, match="is a HeteroData: training heterogeneous graphs is not supported yet") as err:
-        HaloDataModule(generated_hetero())
-    assert "data.to_homogeneous()" in str(err.value) and "RGCNConv" in str(err.value)
+    with pytest.raises(GraphValidationError, match="is a HeteroData, and this reads a homogeneous graph") as err:
+        load_graph(generated_hetero())  # type: ignore[arg-type]
+    assert "Give a heterogeneous graph to HaloDataModule itself" in str(err.value)
 
 
 def test_unknown_bundled_name() -> None:

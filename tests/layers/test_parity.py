@@ -16,13 +16,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric import nn as gnn
 
-import lightning_halo
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from tests.support.graphs import awkward_graph, cora
-from tests.support.models import LAYER_VARIANTS, build_any
+from tests.support.models import HOMOGENEOUS_LAYERS, LAYER_VARIANTS, build_any
 from tests.support.threaded import assert_same, reference, run_threaded
 
-LAYERS = [*lightning_halo.supported_layers(), *LAYER_VARIANTS]
+LAYERS = [*HOMOGENEOUS_LAYERS, *LAYER_VARIANTS]
 
 
 def _layer_forward(model, batch):

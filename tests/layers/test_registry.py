@@ -14,7 +14,7 @@ from lightning_halo import UnsupportedLayerError, register_layer
 from lightning_halo.layers import registry
 from lightning_halo.layers.registry import layer_kind, layer_spec
 from tests.support.graphs import awkward_graph
-from tests.support.models import LAYER_VARIANTS, _layer_factory, in_degree_histogram
+from tests.support.models import HOMOGENEOUS_LAYERS, LAYER_VARIANTS, _layer_factory, in_degree_histogram
 
 
 def test_every_pyg_conv_layer_has_a_status() -> None:
@@ -27,7 +27,7 @@ def test_every_pyg_conv_layer_has_a_status() -> None:
     assert not missing, f"PyG conv layers without a status in lightning_halo.layers.registry: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("name", [*lightning_halo.supported_layers(), *LAYER_VARIANTS])
+@pytest.mark.parametrize("name", [*HOMOGENEOUS_LAYERS, *LAYER_VARIANTS])
 def test_declared_propagations_match_a_plain_run(name: str) -> None:
     """Single-step kinds declare how often forward propagates; 'steps' layers really propagate more than once."""
     data = awkward_graph(1)
@@ -89,7 +89,7 @@ def test_public_names_are_documented_kinds() -> None:
 
 
 def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
-    """GPSConv, the heterogeneous layers, the k-NN and CUDA-only layers say what to use instead."""
+    """GPSConv, HANConv's global semantic attention, the k-NN and CUDA-only layers say what to use instead."""
     import pytest
     from torch import nn
     from torch_geometric.nn import GINEConv, GPSConv
@@ -98,7 +98,7 @@ def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
     from lightning_halo.layers.registry import UnsupportedLayerError, unsupported_layers
 
     reasons = unsupported_layers()
-    for name, alternative in [("GPSConv", "GINEConv"), ("HGTConv", "RGCNConv"), ("HeteroConv", "to_homogeneous"),
+    for name, alternative in [("GPSConv", "GINEConv"), ("HANConv", "HGTConv"), ("HANConv", "AddMetaPaths"),
                               ("DynamicEdgeConv", "KNNGraph"), ("SuperGATConv", "GATConv"), ("EGConv", "GCNConv"),
                               ("CuGraphSAGEConv", "SAGEConv")]:  # fmt: skip
         assert alternative in reasons[name], (name, reasons[name])

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-import lightning_halo
-from tests.support.models import LAYER_VARIANTS, READY_MODELS
+from tests.support.models import HOMOGENEOUS_LAYERS, LAYER_VARIANTS, READY_MODELS
 from tests.support.parity import assert_parity, run_parity
 
 NEW = {"APPNP", "SGConv", "SSGConv", "TAGConv", "ARMAConv", "GatedGraphConv", "MixHopConv", "GCN2Conv", "FAConv",
        "ChebConv", "RGCNConv", "FastRGCNConv", "RGATConv", *LAYER_VARIANTS}  # fmt: skip
-ALL = [*lightning_halo.supported_layers(), *LAYER_VARIANTS]
+ALL = [*HOMOGENEOUS_LAYERS, *LAYER_VARIANTS]
 
 
 def _configs(world_size: int) -> list[str]:

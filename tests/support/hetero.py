@@ -62,3 +62,108 @@ def dblp(root: Path | None = None) -> HeteroData | None:
         data[src, "to", dst].edge_index = ei
         data[dst, "rev_to", src].edge_index = ei.flip(0)
     return data
+
+
+def hetero_loss(out: torch.Tensor, store, n_train: int) -> torch.Tensor:
+    """Each rank's share of the mean cross entropy over the labelled type's train nodes of all ranks."""
+    mask = store.train_mask
+    return torch.nn.functional.cross_entropy(out[mask], store.y[mask], reduction="sum") / n_train
+
+
+def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
+    """Plain PyG on the whole graph: the target type's logits, the loss and every gradient."""
+    import copy
+
+    model = copy.deepcopy(model)
+    out = forward(model, data)
+    loss = hetero_loss(out, data[target], int(data[target].train_mask.sum()))
+    loss.backward()
+    return {"out": out.detach(), "loss": float(loss.detach()),
+            "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}}  # fmt: skip
+
+
+def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int = 32,
+                        partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync") -> dict:  # fmt: skip
+    """The ranks in threads (as tests.support.threaded.run_threaded), on heterogeneous partitions: the target
+    type's logits in global order, the summed loss and gradients, each rank's traffic and slots."""
+    import copy
+
+    from lightning_halo.exchange import HaloExchanger
+    from lightning_halo.layers.hooks import LayerContext, install_hooks
+    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
+    from lightning_halo.testing import ThreadGroup
+    from tests.support.threaded import on_threads
+
+    parts = build_hetero_partitions(data, assign_hetero_parts(data, world_size, partitioner=partitioner))
+    group = ThreadGroup(world_size, timeout=60)
+    n_train = int(data[target].train_mask.sum())
+
+    def rank_main(r: int) -> dict:
+        net = copy.deepcopy(model)
+        ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
+        ctx = LayerContext(ex)
+        hooks = install_hooks(net, ctx)
+        part = parts[r]
+        ex.bind(part)
+        ctx.bind(part)
+        for step in range(steps):
+            ex.begin_step(True, epoch=step, mode=mode(step))
+            net.zero_grad()
+            out = forward(net, part)
+            loss = ex.prepare_loss(hetero_loss(out, part[target], n_train))
+            loss.backward()
+        for h in hooks:
+            h.remove()
+        return {"out": out.detach(), "loss": float(loss.detach()), "ids": part[target].n_id[: part[target].n_inner],
+                "grad": {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None},
+                "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices)}  # fmt: skip
+
+    results = on_threads(world_size, rank_main, 90)
+    n = data[target].num_nodes
+    out = torch.full((n, results[0]["out"].size(-1)), float("nan"), dtype=results[0]["out"].dtype)
+    grad: dict[str, torch.Tensor] = {}
+    for res in results:
+        out[res["ids"]] = res["out"]
+        for k, g in res["grad"].items():
+            grad[k] = grad[k] + g if k in grad else g.clone()
+    return {"out": out, "loss": sum(r["loss"] for r in results), "grad": grad, "ranks": results}
+
+
+def hetero_model(conv: str, metadata, num_features, num_nodes, target: str, num_classes: int):
+    """The zoo's HeteroNodeClassifier as the tests train it: float64, no dropout, seeded by the caller."""
+    from lightning_halo.models.hetero_classifier import HeteroNodeClassifier
+
+    return HeteroNodeClassifier(metadata, num_features, num_nodes, target, num_classes, hidden_channels=8,
+                                conv=conv, heads=2, dropout=0.0, lr=0.02).double()  # fmt: skip
+
+
+def train_reference(conv: str, data: HeteroData, epochs: int) -> dict:
+    """Single-process PyG on the whole graph, as Lightning's loop runs it: Adam steps on the mean loss."""
+    import lightning as L
+
+    L.seed_everything(0, verbose=False)
+    num_features = {t: int(data[t].x.size(1)) if "x" in data[t] else 0 for t in data.node_types}
+    num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+    target = "paper"
+    model = hetero_model(conv, data.metadata(), num_features, num_nodes, target, int(data[target].y.max()) + 1)
+    opt = model.configure_optimizers()
+    store = data[target]
+    for _ in range(epochs):
+        opt.zero_grad()
+        out = model(data)
+        torch.nn.functional.cross_entropy(out[store.train_mask], store.y[store.train_mask]).backward()
+        opt.step()
+    with torch.no_grad():
+        model.eval()
+        pred = model(data)
+    return {"params": {k: v.detach().clone() for k, v in model.state_dict().items()}, "pred": pred}
+
+
+def without_zero_extras(got: dict, ref: dict) -> dict:
+    """``got`` without gradients the reference lacks, after checking they are zero: on partitions a layer whose
+    output reaches the loss only through an exchange (tied in with weight 0, so backward reaches every peer)
+    gets a zero gradient where PyG leaves None."""
+    extra = set(got["grad"]) - set(ref["grad"])
+    for name in extra:
+        assert not got["grad"][name].any(), f"{name}: a gradient the whole graph does not have"
+    return {**got, "grad": {k: v for k, v in got["grad"].items() if k not in extra}}

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
+import lightning_halo
+
 LAYERS = ("gcn", "sage", "gat", "gin")
 
 #: Aggregation of each main model's layers: the ``reduce`` of its sparse adjacency.
@@ -237,6 +239,10 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
 
 
 #: Every variant the layer tests run (the supported classes plus options that change how they run).
+#: Every supported layer that runs on a homogeneous graph (the "types" kind takes dicts of node and edge
+#: types: tests/layers/test_hetero.py).
+HOMOGENEOUS_LAYERS = tuple(name for name, kind in lightning_halo.supported_layers().items() if kind != "types")
+
 LAYER_VARIANTS = (
     "GCNConv/improved", "GCNConv/t2s", "SAGEConv/max", "SAGEConv/sum", "SAGEConv/t2s", "GraphConv/mean",
     "FiLMConv/relations", "SimpleConv/self_loop", "SGConv/cached", "ChebConv/rw", "GraphConv/weighted",

@@ -1,0 +1,212 @@
+r"""Layer calls on a heterogeneous partition: one relation at a time, or every type at once.
+
+On a :class:`~lightning_halo.partition.hetero.HeteroHaloPartition` every edge type holds all
+in-edges of its target type's inner nodes, with sources among the source type's inner *and*
+halo nodes. So a layer computes every inner node exactly when each source type's rows come
+with their halo rows appended, and its output is read on the inner rows only:
+
+* per relation (the edge-type modules of ``to_hetero(model, metadata)`` and ``HeteroConv``):
+  a ``"bipartite"`` layer runs as ``layer((x_src ++ halo_src, x_dst), edge_index)``; a
+  ``"full"`` layer of a relation within one type runs on ``x ++ halo`` and its output is cut
+  back to the inner rows (:func:`relation_call`);
+* every type at once (``HGTConv``, kind ``"types"``): each source type's ``x`` gets its halo
+  rows, each output is cut back to its type's inner rows (:func:`types_call`).
+
+A source type's halo is fetched once per tensor and step (:class:`TypeFetches`), however many
+relations read it: ``to_hetero`` and ``HeteroConv`` hand the same ``x_dict[src]`` to every edge
+type that starts at ``src``. Rows may also be given for every local node (inner and halo, e.g.
+``emb[t](batch[t].n_id)`` for a type without features): they need no exchange.
+
+Refused, with the reason: layers that normalise with the degrees of their sources or propagate
+several times (kinds ``"gcn"`` and ``"steps"``: their halo nodes' degrees and intermediate rows
+would have to travel per relation, not implemented yet), an edge set that is none of the
+partition's edge types, and rows of another count than the type's inner or local nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from lightning_halo.layers.registry import LayerSpec, UnsupportedLayerError
+from lightning_halo.partition.halo_partition import stacked_view
+from lightning_halo.partition.hetero import EdgeType, HeteroHaloPartition
+
+#: ``fetch(rows, node_type, group)``: the halo rows ``[n_halo_t, ...]`` of ``rows`` ``[n_inner_t, ...]``.
+TypeFetch = Callable[[Tensor, str, str], Tensor]
+
+#: Why relation calls of these kinds are refused on heterogeneous partitions.
+_KIND_REFUSALS = {
+    "gcn": "it normalises with the degrees of its sources, whose halo nodes' degrees would have to come from their "
+    "owners per relation (not implemented for heterogeneous partitions yet); GraphConv, SAGEConv or GATConv run "
+    "exactly, or normalise the edge weights yourself before partitioning and pass them as edge_weight to GraphConv",
+    "steps": "it propagates several times in one call, each step reading rows that would have to be fetched per "
+    "relation (not implemented for heterogeneous partitions yet); stack single-propagation layers instead",
+}
+
+
+@dataclass(frozen=True)
+class HeteroRunning:
+    """One running call on a heterogeneous partition: what to cut from its output, and how often it may propagate."""
+
+    layer: str
+    cls: str
+    keep_rows: Optional[int] = None  # a tensor output: its first rows (None: as it is)
+    keep_types: Optional[dict[str, int]] = None  # a dict output: each type's first rows
+    max_propagations: Optional[int] = 1
+
+
+def _group(name: str) -> str:
+    """The layer an edge-type module belongs to (``conv1.author__writes__paper`` -> ``conv1``): its fetches' name."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def _propagations(spec: LayerSpec, module: Module) -> Optional[int]:
+    allowed = spec.propagations
+    return allowed(module) if callable(allowed) else allowed
+
+
+def _rows(x: Any, node_type: str, part: HeteroHaloPartition, layer: str, what: str) -> Optional[bool]:
+    """Whether ``x`` holds only the inner rows of ``node_type`` (``True``) or every local row (``False``);
+    ``None`` for a missing input. Any other count is refused."""
+    if x is None:
+        return None
+    if not isinstance(x, Tensor):
+        raise UnsupportedLayerError(
+            f"layer '{layer}' got {what} of type {type(x).__name__} for node type {node_type!r}; on a heterogeneous "
+            "partition it must be a tensor with one row per node of the type"
+        )
+    store = part[node_type]
+    n_inner, n_local = int(store.n_inner), int(store.num_nodes)
+    if x.size(0) == n_inner:
+        return True
+    if x.size(0) == n_local:
+        return False
+    raise UnsupportedLayerError(
+        f"layer '{layer}' got {what} with {x.size(0)} rows for node type {node_type!r}, whose partition has {n_inner} "
+        f"inner nodes ({n_local} with its halo): pass the type's inner rows (batch[{node_type!r}].x, a layer's output) "
+        f"or one row per local node (e.g. an embedding of batch[{node_type!r}].n_id)"
+    )
+
+
+def _with_halo(x: Tensor, inner_only: Optional[bool], node_type: str, group: str, fetch: TypeFetch) -> Tensor:
+    if not inner_only:
+        return x
+    halo = fetch(x, node_type, group)
+    whole = stacked_view(x, halo)  # input features and their stored halo are one tensor: no copy
+    return whole if whole is not None else torch.cat([x, halo], dim=0)
+
+
+def _edge_type(edge_index: Any, part: HeteroHaloPartition, layer: str, world_size: int) -> Optional[EdgeType]:
+    found = part.edge_type_of(edge_index)
+    if found is None and world_size > 1:
+        raise UnsupportedLayerError(
+            f"layer '{layer}' was called with edges that are none of the partition's edge types (batch[edge_type]."
+            "edge_index, as batch.edge_index_dict hands them out): only those hold every in-edge of the inner nodes. "
+            "Pass the batch's edge_index_dict unchanged; add reverse or metapath edge types before partitioning "
+            "(T.ToUndirected(), T.AddMetaPaths)"
+        )
+    return found
+
+
+def relation_call(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, world_size: int,
+    fetch: TypeFetch,
+) -> Optional[HeteroRunning]:  # fmt: skip
+    """Rewrite ``arguments`` (``x`` and ``edge_index`` of one relation) for the partition; ``None`` leaves the
+    call as it is (one process, edges of the user's own)."""
+    cls = type(module).__name__
+    edge_type = _edge_type(arguments.get("edge_index"), part, name, world_size)
+    if edge_type is None:
+        return None
+    if spec.kind in _KIND_REFUSALS:
+        raise UnsupportedLayerError(f"layer '{name}' ({cls}) cannot run on a relation of a heterogeneous partition: "
+                                    f"{_KIND_REFUSALS[spec.kind]}.")  # fmt: skip
+    if spec.kind == "types":
+        raise UnsupportedLayerError(f"layer '{name}' ({cls}) takes dicts of node and edge types, not one relation")
+    src, _, dst = edge_type
+    x = arguments["x"]
+    pair = isinstance(x, (tuple, list))
+    x_src, x_dst = (x[0], x[1]) if pair else (x, x)
+    feed = spec.feed_for(module) if spec.feed_for is not None else spec.kind
+    group = _group(name)
+    src_inner = _rows(x_src, src, part, name, "source rows")
+    if pair or src != dst:
+        if feed != "bipartite":
+            raise UnsupportedLayerError(
+                f"layer '{name}' ({cls}) runs on the relation {edge_type} between two node types, which needs "
+                "(x_src, x_dst) input, and PyG's layer does not take it (it is registered as "
+                f"'{feed}'); use a layer that does (SAGEConv, GraphConv, GATConv(add_self_loops=False), GINConv, ...)"
+            )
+        dst_inner = _rows(x_dst, dst, part, name, "target rows")
+        full_src = None if x_src is None else _with_halo(x_src, src_inner, src, group, fetch)
+        n_inner = int(part[dst].n_inner)
+        inner_dst = x_dst if x_dst is None or dst_inner else x_dst[:n_inner]
+        arguments["x"] = (full_src, inner_dst)
+        return HeteroRunning(name, cls, None, None, _propagations(spec, module))
+    # one node type, one tensor: as on a homogeneous partition
+    if x_src is None:
+        return HeteroRunning(name, cls, None, None, _propagations(spec, module))
+    full = _with_halo(x_src, src_inner, src, group, fetch)
+    n_inner = int(part[src].n_inner)
+    if feed == "bipartite":
+        arguments["x"] = (full, full[:n_inner])
+        return HeteroRunning(name, cls, None, None, _propagations(spec, module))
+    arguments["x"] = full
+    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module))
+
+
+def types_call(
+    name: str, module: Module, arguments: dict, part: HeteroHaloPartition, world_size: int, fetch: TypeFetch
+) -> Optional[HeteroRunning]:
+    """Rewrite ``arguments`` (``x_dict`` and ``edge_index_dict``) of a ``"types"`` layer for the partition."""
+    cls = type(module).__name__
+    x_dict, edge_index_dict = arguments.get("x_dict"), arguments.get("edge_index_dict")
+    if not isinstance(x_dict, dict) or not isinstance(edge_index_dict, dict):
+        raise UnsupportedLayerError(f"layer '{name}' ({cls}) must be called with x_dict and edge_index_dict (dicts)")
+    sources: set[str] = set()
+    for key, edge_index in edge_index_dict.items():
+        edge_type = _edge_type(edge_index, part, name, world_size)
+        if edge_type is None:
+            return None
+        if tuple(key) != edge_type:
+            raise UnsupportedLayerError(f"layer '{name}' ({cls}) got the edges of {edge_type} under the key {key!r}")
+        sources.add(edge_type[0])
+    out: dict[str, Any] = {}
+    keep: dict[str, int] = {}
+    for node_type, x in x_dict.items():
+        inner = _rows(x, node_type, part, name, "x_dict rows")
+        keep[node_type] = int(part[node_type].n_inner)
+        out[node_type] = _with_halo(x, inner, node_type, name, fetch) if node_type in sources and x is not None else x
+    arguments["x_dict"] = out
+    return HeteroRunning(name, cls, None, keep, 1)
+
+
+def check_propagation(running: HeteroRunning, count: int) -> None:
+    """Refuse the ``count``-th propagation of one call if the layer is registered with fewer."""
+    limit = running.max_propagations
+    if limit is not None and count > limit:
+        raise UnsupportedLayerError(
+            f"layer '{running.layer}' ({running.cls}) called propagate {count} times in one forward on a heterogeneous "
+            f"partition, but it is registered with {limit} propagation(s): a later propagation would read halo rows "
+            "that no peer updated."
+        )
+
+
+def cut_output(running: HeteroRunning, output: Any) -> Any:
+    """The output read on the inner rows (``None``: unchanged)."""
+    if running.keep_types is not None and isinstance(output, dict):
+        return {t: (v[: running.keep_types[t]] if isinstance(v, Tensor) and t in running.keep_types else v)
+                for t, v in output.items()}  # fmt: skip
+    keep = running.keep_rows
+    if keep is None or output is None:
+        return None
+    if isinstance(output, Tensor):
+        return output[:keep]
+    if isinstance(output, tuple) and output and isinstance(output[0], Tensor):
+        return (output[0][:keep], *output[1:])
+    return None

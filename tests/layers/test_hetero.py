@@ -1,0 +1,271 @@
+"""Heterogeneous models on heterogeneous partitions give the whole-graph result, or are refused with the reason.
+
+In-process (each rank a thread, :func:`tests.support.hetero.run_threaded_hetero`), float64, on a
+generated graph with a type without features (embedded by ``n_id``), a relation within one type
+with repeated edges and self-loops, reverse edge types and an isolated node: logits of every
+labelled node, the loss and every parameter's gradient equal plain PyG on the whole graph at 1-4
+ranks, METIS and KaMinPar, for ``to_hetero`` (SAGE, GAT, GIN-style; sum and mean), ``HeteroConv``
+with mixed layers and ``HGTConv``. The real-process runs are in tests/strategy/test_hetero.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric import nn as gnn
+from torch_geometric.nn import HANConv, HeteroConv, HGTConv, Linear, to_hetero
+
+from lightning_halo import UnsupportedLayerError
+from tests.support.hetero import dblp, generated_hetero, hetero_reference, run_threaded_hetero, without_zero_extras
+from tests.support.threaded import assert_same
+
+TARGET = "paper"
+
+
+def _ids(batch, node_type: str) -> torch.Tensor:
+    store = batch[node_type]
+    return store.n_id if "n_id" in store else torch.arange(store.num_nodes)
+
+
+class _Homogeneous(nn.Module):
+    """What users hand to ``to_hetero``: a plain two-layer GNN on (x, edge_index)."""
+
+    def __init__(self, kind: str, classes: int = 3) -> None:
+        super().__init__()
+        make = {
+            "sage": lambda d: gnn.SAGEConv((-1, -1), d),
+            "gat": lambda d: gnn.GATConv((-1, -1), d, heads=2, concat=False, add_self_loops=False),
+            "gin": lambda d: gnn.GraphConv((-1, -1), d, aggr="max"),
+        }[kind]
+        self.c1, self.c2 = make(8), make(classes)
+
+    def forward(self, x, edge_index):
+        return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+
+class ToHetero(nn.Module):
+    def __init__(self, kind: str, metadata, aggr: str) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 5)
+        self.net = to_hetero(_Homogeneous(kind), metadata, aggr=aggr)
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        return self.net(x, batch.edge_index_dict)[TARGET]
+
+
+class Mixed(nn.Module):
+    """HeteroConv with a different layer per relation, one relation within a type fed a single tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 5)
+        self.c1 = HeteroConv({("paper", "cites", "paper"): gnn.GraphConv(-1, 8),
+                              ("author", "writes", "paper"): gnn.SAGEConv((-1, -1), 8),
+                              ("paper", "rev_writes", "author"): gnn.GATConv((-1, -1), 8, add_self_loops=False),
+                              ("paper", "in", "venue"): gnn.GraphConv((-1, -1), 8)}, aggr="sum")  # fmt: skip
+        self.c2 = HeteroConv({("paper", "cites", "paper"): gnn.GATConv(-1, 3),  # self-loops: one type
+                              ("author", "writes", "paper"): gnn.GINConv(nn.Linear(8, 3))}, aggr="mean")  # fmt: skip
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        h = {k: v.relu() for k, v in self.c1(x, batch.edge_index_dict).items()}
+        return self.c2(h, batch.edge_index_dict)[TARGET]
+
+
+class HGT(nn.Module):
+    def __init__(self, metadata) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 6)
+        self.lin = nn.ModuleDict({t: Linear(-1, 8) for t in metadata[0]})
+        self.c1, self.c2 = HGTConv(8, 8, metadata, heads=2), HGTConv(8, 8, metadata, heads=2)
+        self.out = Linear(8, 3)
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        x = {t: self.lin[t](v).relu() for t, v in x.items()}
+        x = self.c2(self.c1(x, batch.edge_index_dict), batch.edge_index_dict)
+        return self.out(x[TARGET])
+
+
+def _forward(model, batch):
+    return model(batch)
+
+
+def _model(name: str, data) -> nn.Module:
+    torch.manual_seed(0)
+    meta = data.metadata()
+    model = {
+        "to_hetero(sage, sum)": lambda: ToHetero("sage", meta, "sum"),
+        "to_hetero(gat, mean)": lambda: ToHetero("gat", meta, "mean"),
+        "to_hetero(graphconv-max, sum)": lambda: ToHetero("gin", meta, "sum"),
+        "heteroconv(mixed)": Mixed,
+        "hgt": lambda: HGT(meta),
+    }[name]().double()
+    with torch.no_grad():
+        _forward(model, data)  # PyG's way to materialise lazy (in_channels=-1) parameters
+    return model
+
+
+MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)", "hgt"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_matches_the_whole_graph(name: str, world_size: int) -> None:
+    data = generated_hetero()
+    model = _model(name, data)
+    got = run_threaded_hetero(model, data, world_size, _forward, TARGET)
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"{name} at {world_size} ranks")
+
+
+@pytest.mark.parametrize("name", ["to_hetero(sage, sum)", "hgt"])
+def test_kaminpar_partitions_match_too(name: str) -> None:
+    data = generated_hetero(seed=1)
+    model = _model(name, data)
+    got = run_threaded_hetero(model, data, 3, _forward, TARGET, partitioner="kaminpar")
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"{name}, KaMinPar")
+
+
+def test_each_layer_fetches_a_source_type_once_however_many_relations_read_it() -> None:
+    """Layer 2 reads paper rows through two relations (cites, rev_writes) and author rows through one: two fetches."""
+    data = generated_hetero()
+    got = run_threaded_hetero(_model("to_hetero(sage, sum)", data), data, 2, _forward, TARGET)
+    for rank in got["ranks"]:
+        assert rank["slots"] == ["net.c2[paper]", "net.c2[author]"], rank["slots"]  # layer 1 reads stored input halos
+        assert {layer for layer, _ in rank["meter"]} == {"net.c2[paper]", "net.c2[author]"}
+
+
+def test_quantized_halos_train_and_move_fewer_bytes() -> None:
+    data = generated_hetero()
+    model = _model("hgt", data)
+    exact = run_threaded_hetero(model, data, 2, _forward, TARGET)
+    one_bit = run_threaded_hetero(model, data, 2, _forward, TARGET, bits=1)
+    fwd = lambda meter: sum(v for (_, kind), v in meter.items() if kind == "fwd")  # noqa: E731
+    for e, q in zip(exact["ranks"], one_bit["ranks"]):
+        assert 0 < fwd(q["meter"]) * 8 < fwd(e["meter"])
+    assert torch.isfinite(one_bit["out"]).all() and not torch.equal(one_bit["out"], exact["out"])
+
+
+def test_pipelined_epochs_read_last_epochs_halos() -> None:
+    """A pipelined epoch after a sync one runs (stale rows of the slot's node type) and differs from sync."""
+    data = generated_hetero()
+    model = _model("heteroconv(mixed)", data)
+    sync = run_threaded_hetero(model, data, 2, _forward, TARGET, steps=2)
+    stale = run_threaded_hetero(model, data, 2, _forward, TARGET, steps=2, mode=lambda e: "sync" if e == 0 else "pipelined")
+    assert torch.isfinite(stale["out"]).all() and stale["ranks"][0]["slots"] == sync["ranks"][0]["slots"]
+
+
+def test_dblp_matches_the_whole_graph() -> None:
+    data = dblp()
+    if data is None:
+        pytest.skip("the shared datasets (heco/dblp) are not on this machine")
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(20, 8)
+            self.net = to_hetero(_Homogeneous("sage", classes=4), data.metadata(), aggr="sum")
+
+        def forward(self, batch):
+            x = dict(batch.x_dict)
+            x["conference"] = self.emb(_ids(batch, "conference"))
+            return self.net(x, batch.edge_index_dict)["author"]
+
+    model = Net()
+    with torch.no_grad():
+        _forward(model, data)
+    got = run_threaded_hetero(model, data, 2, _forward, "author")
+    ref = hetero_reference(model, data, _forward, "author")
+    assert_same(without_zero_extras(got, ref), ref, atol=1e-5, rtol=1e-5, what="DBLP to_hetero(sage)")
+
+
+# ---------------------------------------------------------------------------------------- refusals
+class _OneRelation(nn.Module):
+    def __init__(self, conv: nn.Module, edge_type, x_types) -> None:
+        super().__init__()
+        self.conv, self.edge_type, self.x_types = conv, edge_type, x_types
+
+    def forward(self, batch):
+        x = tuple(batch[t].x for t in self.x_types)
+        return self.conv(x[0] if len(x) == 1 else x, batch[self.edge_type].edge_index)
+
+
+def _refused(model: nn.Module, match: str) -> None:
+    data = generated_hetero()
+    with pytest.raises(UnsupportedLayerError, match=match) as err:
+        run_threaded_hetero(model.double(), data, 2, _forward, TARGET)
+    assert all(e is not None for e in err.value.rank_errors), "every rank refuses (none waits for a peer)"
+
+
+def test_a_gcn_normalised_relation_is_refused_with_the_reason() -> None:
+    model = _OneRelation(gnn.GCNConv(6, 3), ("paper", "cites", "paper"), ["paper"])
+    _refused(model, "normalises with the degrees of its sources")
+
+
+def test_a_multi_step_layer_on_a_relation_is_refused() -> None:
+    _refused(_OneRelation(gnn.SGConv(6, 3, K=2), ("paper", "cites", "paper"), ["paper"]), "propagates several times")
+
+
+def test_another_types_rows_are_refused_by_their_count() -> None:
+    """Author rows handed to a relation whose sources are papers: the counts differ, the call is refused."""
+    model = _OneRelation(gnn.SAGEConv((4, 6), 3), ("paper", "cites", "paper"), ["author", "paper"])
+    _refused(model, "rows for node type 'paper'")
+
+
+def test_edges_that_are_no_edge_type_of_the_partition_are_refused() -> None:
+    class Flipped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = gnn.SAGEConv(6, 3)
+
+        def forward(self, batch):
+            return self.conv(batch["paper"].x, batch["paper", "cites", "paper"].edge_index.flip(0))
+
+    _refused(Flipped(), "none of the partition's edge types")
+
+
+def test_han_and_its_global_semantic_attention_are_refused() -> None:
+    from lightning_halo.layers.hooks import check_model
+
+    data = generated_hetero()
+    with pytest.raises(UnsupportedLayerError, match="global attention"):
+        check_model(nn.Sequential(HANConv(-1, 8, data.metadata())))
+
+
+def test_a_batch_norm_on_a_heterogeneous_partition_is_refused() -> None:
+    class Normed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.norm = gnn.SAGEConv((4, 6), 3), nn.BatchNorm1d(3)
+
+        def forward(self, batch):
+            x = (batch["author"].x, batch["paper"].x)
+            return self.norm(self.conv(x, batch["author", "writes", "paper"].edge_index))
+
+    data = generated_hetero()
+    from lightning_halo.exchange import HaloExchanger
+    from lightning_halo.layers.hooks import LayerContext, install_batch_norms, install_hooks
+    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
+    from lightning_halo.testing import ThreadGroup
+    from tests.support.threaded import on_threads
+
+    parts = build_hetero_partitions(data, assign_hetero_parts(data, 2))
+    group = ThreadGroup(2, timeout=20)
+
+    def rank(r: int) -> None:
+        net = Normed().double()
+        ex = HaloExchanger(group.transport(r), bits=32)
+        ctx = LayerContext(ex)
+        install_hooks(net, ctx), install_batch_norms(net, ctx)
+        ex.bind(parts[r]), ctx.bind(parts[r])
+        ex.begin_step(True)
+        net(parts[r])
+
+    with pytest.raises(UnsupportedLayerError, match="batch norm ran on a heterogeneous partition"):
+        on_threads(2, rank)
