@@ -95,7 +95,8 @@ def run_workers(
         f = open(out_path, "w+")
         logs.append(f)
         if preload and os.environ.get("LIGHTNING_HALO_FRESH_WORKERS") != "1":
-            procs.append(_Forked(_forkserver(tuple(preload)), list(args), e, str(out_path), Path(cwd or REPO)))
+            ctx = _forkserver(tuple(preload))
+            procs.append(_Forked(ctx, list(args), e, str(out_path), Path(cwd or REPO), preload=preload))
         else:
             procs.append(subprocess.Popen([sys.executable, *args], env=e, stdout=f, stderr=subprocess.STDOUT, cwd=cwd or REPO))
     deadline = time.monotonic() + timeout
@@ -134,10 +135,21 @@ def check(results: list[subprocess.CompletedProcess]) -> None:
 
 
 _SERVERS: dict[tuple[str, ...], object] = {}
+#: What the server this process was forked from had imported (set in :func:`_run_as_main`); empty in
+#: a process that was not forked so.
+_PRELOADED: tuple[str, ...] = ()
 
 
 def _forkserver(preload: tuple[str, ...]):
-    """One forkserver context per preload list, started on first use and kept for the run."""
+    """One forkserver context per preload list, started on first use and kept for the run.
+
+    A process forked from a server that imported ``preload`` already (a benchmark command the tests
+    run with :func:`run_forked`) forks its own ranks instead: a second server would import it all again.
+    """
+    if _forks_itself(preload):
+        import multiprocessing
+
+        return multiprocessing.get_context("fork")
     if preload not in _SERVERS:
         import multiprocessing
 
@@ -145,6 +157,18 @@ def _forkserver(preload: tuple[str, ...]):
         ctx.set_forkserver_preload(list(preload))
         _SERVERS[preload] = ctx
     return _SERVERS[preload]
+
+
+def _forks_itself(preload: tuple[str, ...]) -> bool:
+    """Whether this process may fork ``preload``'s ranks from itself: it was forked from a server that
+    imported them, and it has one thread (a fork copies no other thread: an OpenMP pool or a gloo
+    worker would be left half there)."""
+    if not set(preload) <= set(_PRELOADED):
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 def run_forked(
@@ -165,7 +189,7 @@ def run_forked(
     with tempfile.TemporaryDirectory(prefix="halo-forked-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         out.touch(), err.touch()
-        proc = _Forked(_forkserver(tuple(preload)), list(args), env, str(out), Path(cwd), str(err))
+        proc = _Forked(_forkserver(tuple(preload)), list(args), env, str(out), Path(cwd), str(err), preload)
         proc._p.join(timeout)
         if proc.poll() is None:
             proc.kill()
@@ -177,9 +201,11 @@ def run_forked(
 class _Forked:
     """A rank forked from the preloaded server, with the few methods of ``Popen`` we use."""
 
-    def __init__(self, ctx, args: list[str], env: dict[str, str], log: str, cwd: Path, err_log: str | None = None) -> None:
+    def __init__(self, ctx, args: list[str], env: dict[str, str], log: str, cwd: Path, err_log: str | None = None,
+                 preload: Sequence[str] = ()) -> None:  # fmt: skip
         self.args = [sys.executable, *args]
-        self._p = ctx.Process(target=_run_as_main, args=(args, env, log, str(cwd), err_log), daemon=False)
+        target_args = (args, env, log, str(cwd), err_log, tuple(preload))
+        self._p = ctx.Process(target=_run_as_main, args=target_args, daemon=False)
         # multiprocessing re-imports the parent's main script in every child (spawn's rule);
         # the rank replaces __main__ with its own script, so it is given none to re-import.
         main = sys.modules["__main__"]
@@ -204,13 +230,18 @@ class _Forked:
         return self._p.exitcode
 
 
-def _run_as_main(args: list[str], env: dict[str, str], log: str, cwd: str, err_log: str | None = None) -> None:
+def _run_as_main(args: list[str], env: dict[str, str], log: str, cwd: str, err_log: str | None = None,
+                 preload: tuple[str, ...] = ()) -> None:  # fmt: skip
     """In the forked rank: become ``python *args`` (environment, cwd, argv, output), then run it.
 
-    Standard output and error both go to ``log``, or error to ``err_log`` where given.
+    Standard output and error both go to ``log``, or error to ``err_log`` where given. ``preload``:
+    what the server imported (the ranks this one launches with it fork from this process).
     """
     import gc
     import runpy
+
+    global _PRELOADED
+    _PRELOADED = tuple(preload)
 
     # The preloaded modules' objects never become garbage in the rank; left in the collector's
     # generations, every collection walks them (and, after fork, copies their pages): a rank's

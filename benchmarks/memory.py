@@ -288,13 +288,18 @@ def cmd_partition(a: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------- train
 def launch(args: list[str], world: int, timeout: float, code: Optional[str] = None) -> None:
-    """This script with ``args`` as ``world`` local ranks (env rendezvous, as torchrun), fresh interpreters."""
-    from benchmarks.launch import run_workers  # here: a rank may run with another checkout first on its path
+    """This script with ``args`` as ``world`` local ranks (env rendezvous, as torchrun), fresh interpreters
+    (forked from preloaded modules where ``$LIGHTNING_HALO_BENCH_PRELOAD`` says so, never with ``code``)."""
+    # imported here: a rank may run with another checkout first on its path
+    from benchmarks.launch import local_preload, run_workers
 
     # by path, not -m: sys.path[0] is then benchmarks/, so `code` (if given) supplies lightning_halo
     pythonpath = os.pathsep.join(filter(None, [code, str(ROOT)]))
+    preload = () if code else local_preload()  # a preloaded lightning_halo is this checkout's
     results = run_workers([str(Path(__file__).resolve()), *args], world, timeout, env={"PYTHONPATH": pythonpath},
-                          stream=True)  # fmt: skip
+                          preload=preload, stream=not preload)  # fmt: skip
+    for r in results:  # forked ranks' output comes back captured (streamed ranks printed theirs)
+        print(r.stdout, end="", flush=True)
     codes = [r.returncode for r in results]
     if any(codes):
         raise SystemExit(f"ranks failed: exit codes {codes}")
@@ -451,8 +456,19 @@ def cmd_file(a: argparse.Namespace) -> None:
 
 
 def _run(cmd: list[str]) -> None:
+    """``cmd`` (``sys.executable`` first) in its own process: a fresh interpreter, or forked from the
+    preloaded modules where ``$LIGHTNING_HALO_BENCH_PRELOAD`` says so (its peaks are still its own)."""
+    from benchmarks.launch import local_preload, run_forked
+
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    if not local_preload():
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        return
+    done = run_forked(cmd[1:], env, ROOT, local_preload(), timeout=3600)
+    print(done.stdout, end="", flush=True)
+    print(done.stderr, end="", file=sys.stderr, flush=True)
+    if done.returncode:
+        raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
 
 
 # ---------------------------------------------------------------------------------------- breakdown

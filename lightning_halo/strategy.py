@@ -83,6 +83,31 @@ def check_batch(batch: Any, rank: int, world_size: int) -> HaloPartition | Heter
     return batch
 
 
+def check_materialised(module: torch.nn.Module) -> None:
+    """Refuse a model with lazy parameters (``in_channels=-1``, ``Linear(-1, ...)``) before DDP wraps it.
+
+    DDP needs every parameter's shape when it wraps the model, and every rank must hold the same
+    ones; PyG materialises lazy modules in the first forward pass, which under the strategy runs
+    after wrapping, on each rank's own partition.
+
+    Raises:
+        RuntimeError: naming the parameters and the two ways to give them their shapes.
+    """
+    from torch.nn.parameter import is_lazy
+
+    lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
+    if lazy:
+        shown = ", ".join(lazy[:4]) + (f" and {len(lazy) - 4} more" if len(lazy) > 4 else "")
+        raise RuntimeError(
+            f"the model has parameters that are not initialised yet (lazy modules such as in_channels=-1 or "
+            f"Linear(-1, ...)): {shown}. DDP needs their shapes before training, the same on every rank. Give the "
+            "layers their input sizes (HaloDataModule.num_features: per node type for a heterogeneous graph), or "
+            "run one forward pass on the whole graph before trainer.fit, as PyG's examples do: "
+            "`with torch.no_grad(): model(dm.data)` (the model's forward as its steps call it); DDP then copies rank "
+            "0's values to every rank."
+        )
+
+
 def _cores_per_rank(processes_per_node: int) -> int:
     """CPU cores this rank owns: SLURM's ``--cpus-per-task``, else its affinity mask shared by the node's ranks."""
     slurm = os.environ.get("SLURM_CPUS_PER_TASK")
@@ -462,9 +487,14 @@ class HaloQuantStrategy(DDPStrategy):
         """Cheap collective at the first step on a newly bound partition: every peer must expect exactly the
         rows we send. Run at every such bind (the exchanger says which are new), so nothing is remembered
         by object identity."""
-        keys = self.exchanger.plan_keys()  # "in", and one per node type on a heterogeneous partition
+        ex = self.exchanger
         sigs: list[Any] = [None] * self.world_size
-        dist.all_gather_object(sigs, [(k, self.exchanger.plan(k).signature()) for k in keys], group=self._halo_group)  # type: ignore[arg-type]
+        if not ex.hetero:
+            dist.all_gather_object(sigs, ex.plan().signature(), group=self._halo_group)
+            check_signatures(sigs, self.global_rank)
+            return
+        keys = ex.plan_keys()  # "in" (their sum) and one per node type
+        dist.all_gather_object(sigs, tuple((k, ex.plan(k).signature()) for k in keys), group=self._halo_group)  # type: ignore[arg-type]
         for i, key in enumerate(keys):
             if any(len(s) != len(keys) or s[i][0] != key for s in sigs):
                 raise ValueError(f"rank {self.global_rank}: the ranks' partitions have other node types; every rank "
@@ -511,6 +541,8 @@ class HaloQuantStrategy(DDPStrategy):
 
     @override
     def configure_ddp(self) -> None:
+        if self.lightning_module is not None:
+            check_materialised(self.lightning_module)
         super().configure_ddp()
         hook, state, wrapper = self._comm_hook
         if hook is not None and self.root_device.type != "cuda":  # DDPStrategy registers it on CUDA only

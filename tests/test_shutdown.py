@@ -8,7 +8,6 @@ destructor and the process aborts with ``terminate called without an active exce
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -55,14 +54,15 @@ def test_release_joins_every_gloo_worker_thread_each_time() -> None:
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
 def test_training_runs_exit_cleanly_every_time(tmp_path: Path) -> None:
-    """Fresh interpreters (forked ranks end with os._exit, skipping the interpreter's shutdown), a new
-    partition cache each time: every run exits with 0 and no gloo worker thread is left at exit."""
-    from benchmarks.launch import run_workers  # without preload: real interpreters that shut down
+    """Ranks that shut their interpreter down (multiprocessing's forked ranks end with os._exit, skipping
+    it; these are forked from one interpreter and exit as a script does), a new partition cache each
+    time: every run exits with 0 and no gloo worker thread is left at exit."""
+    from tests.support.exiting import run_exiting
 
-    for attempt in range(RUNS):
-        out = tmp_path / str(attempt)
-        results = run_workers(["tests/workers/shutdown_worker.py", "--out", str(out), "--hold-gil"], 2, timeout=300,
-                              env={"PYTHONFAULTHANDLER": "1"})  # fmt: skip
+    outs = [tmp_path / str(attempt) for attempt in range(RUNS)]
+    runs = [["tests/workers/shutdown_worker.py", "--out", str(out), "--hold-gil"] for out in outs]
+    every = run_exiting(runs, 2, tmp_path / "logs", env={"PYTHONFAULTHANDLER": "1"}, timeout=300)
+    for attempt, (out, results) in enumerate(zip(outs, every)):
         for rank, result in enumerate(results):
             where = f"run {attempt} rank {rank} (exit {result.returncode}):\n{result.stdout[-3000:]}"
             assert "terminate called" not in result.stdout and result.returncode == 0, where

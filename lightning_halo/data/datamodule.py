@@ -22,7 +22,9 @@ from lightning_halo.data.hetero import (
     HeteroSource,
     format_hetero_stats,
     hetero_cache_key,
+    is_hetero_graph_dir,
     is_hetero_partition_dir,
+    load_npy_hetero_graph,
     load_hetero_file,
 )
 from lightning_halo.data.partition_dir import (
@@ -173,6 +175,8 @@ class HaloDataModule(pl.LightningDataModule):
             self._source = HeteroSource(data)
         elif hetero is not None:
             self._source = HeteroSource(hetero, description=str(data))
+        elif isinstance(data, (str, os.PathLike)) and is_hetero_graph_dir(data):
+            self._source = HeteroSource(load_npy_hetero_graph(data), description=f"graph directory {data}")
         elif isinstance(data, (str, os.PathLike)) and is_hetero_partition_dir(data):
             self._source = HeteroPartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):

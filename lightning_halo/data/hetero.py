@@ -1,4 +1,13 @@
-r"""Heterogeneous graphs on disk: their facts, partition directories and the cache.
+r"""Heterogeneous graphs on disk: graph directories, their facts, partition directories and the cache.
+
+A heterogeneous graph directory (:func:`save_npy_hetero_graph`, read by
+:func:`load_npy_hetero_graph` memory-mapped, and by :class:`~lightning_halo.HaloDataModule`)::
+
+    DIR/types.json                    the node types and edge types, in the graph's order
+    DIR/nodes/<type>/x.npy            features [N_t, F_t] (a type without: num_nodes.npy, a 0-d count)
+    DIR/nodes/<type>/y.npy, <split>_mask.npy, ...   any node-level array of the type
+    DIR/edges/<src>__<rel>__<dst>/edge_index.npy    [2, E] ids within the source and target types
+    DIR/edges/<src>__<rel>__<dst>/edge_attr.npy ... any edge-level array of the type
 
 A heterogeneous partition directory (written for :class:`~lightning_halo.HaloDataModule` given
 a :class:`~torch_geometric.data.HeteroData`, in its cache, or by :func:`write_hetero_partition_dir`)::
@@ -43,8 +52,89 @@ from lightning_halo.partition.hetero import (
 )
 
 HETERO_FORMAT = "lightning-halo-hetero-partition"
+TYPES_FILE = "types.json"
 #: Bumped whenever the layout of a part file or the manifest changes, so old ones are refused.
 HETERO_FORMAT_VERSION = 1
+
+
+def is_hetero_graph_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a heterogeneous graph directory (``types.json``, ``nodes/``, ``edges/``)."""
+    p = Path(path)
+    return (p / TYPES_FILE).is_file() and (p / "nodes").is_dir()
+
+
+def _edge_dir(edge_type: tuple[str, str, str]) -> str:
+    return "__".join(edge_type)
+
+
+def save_npy_hetero_graph(data: Any, path: str | os.PathLike) -> Path:
+    """Write a :class:`~torch_geometric.data.HeteroData` as a heterogeneous graph directory (see the module docstring).
+
+    Example:
+        >>> save_npy_hetero_graph(hetero_data, "/tmp/dblp-npy")  # doctest: +SKIP
+    """
+    from lightning_halo.data.sources import save_npy_graph
+
+    layout = hetero_layout(data)  # a graph that cannot be partitioned is refused before anything is written
+    for name in (*layout.node_types, *(r for _, r, _ in layout.edge_types)):
+        if "__" in name or "/" in name or not name:
+            raise GraphValidationError(f"type name {name!r} cannot name a folder of a graph directory (no '__' or '/')")
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    for t in layout.node_types:
+        store = data[t]
+        arrays = {k: v for k, v in store.items() if isinstance(v, Tensor)}
+        if "x" not in arrays:
+            arrays["num_nodes"] = torch.tensor(layout.num_nodes[t])
+        save_npy_graph(arrays, directory / "nodes" / t)
+    for e in layout.edge_types:
+        save_npy_graph({k: v for k, v in data[e].items() if isinstance(v, Tensor)}, directory / "edges" / _edge_dir(e))
+    types = {"node_types": list(layout.node_types), "edge_types": [list(e) for e in layout.edge_types]}
+    (directory / TYPES_FILE).write_text(json.dumps(types, indent=1))
+    return directory
+
+
+def load_npy_hetero_graph(path: str | os.PathLike, mmap_mode: Optional[str] = "c") -> Any:
+    """A heterogeneous graph directory as a :class:`~torch_geometric.data.HeteroData` of memory-mapped tensors.
+
+    Raises:
+        GraphValidationError: a type listed in ``types.json`` without its folder, an unreadable array.
+    """
+    import numpy as np
+    from torch_geometric.data import HeteroData
+
+    directory = Path(path)
+    try:
+        types = json.loads((directory / TYPES_FILE).read_text())
+        node_types, edge_types = list(types["node_types"]), [tuple(e) for e in types["edge_types"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise GraphValidationError(f"{directory / TYPES_FILE} is unreadable ({err}); write the directory with "
+                                   "lightning_halo.data.save_npy_graph(hetero_data, DIR)") from err  # fmt: skip
+    data = HeteroData()
+
+    def arrays(folder: Path, what: str) -> dict[str, Tensor]:
+        if not folder.is_dir():
+            raise GraphValidationError(f"graph directory {directory}: {what} is listed in {TYPES_FILE} but {folder} is missing")
+        out = {}
+        for file in sorted(folder.glob("*.npy")):
+            try:
+                arr = np.load(file, mmap_mode=mmap_mode, allow_pickle=False)
+            except Exception as err:  # noqa: BLE001 - truncated header, object arrays, ...
+                raise GraphValidationError(f"{file} is not a readable .npy array ({err}); write it with numpy.save") from err
+            out[file.stem] = torch.from_numpy(arr) if arr.ndim else torch.tensor(arr.item())
+        return out
+
+    import warnings
+
+    with warnings.catch_warnings():  # read-only maps: torch notes that it cannot protect them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for t in node_types:
+            for key, value in arrays(directory / "nodes" / t, f"node type {t!r}").items():
+                data[t][key] = int(value) if key == "num_nodes" else value
+        for e in edge_types:
+            for key, value in arrays(directory / "edges" / _edge_dir(e), f"edge type {e!r}").items():  # type: ignore[arg-type]
+                data[e][key] = value
+    return data
 
 
 def hetero_fingerprint(data: Any) -> str:
@@ -313,12 +403,12 @@ def format_hetero_stats(stats: dict[str, Any], title: str) -> list[str]:
         >>> stats = {"edge_cut": 3, "halo_rows": 4, "balanced_type": "paper", "labelled_balance": 1.0,
         ...          "parts": [{"paper": {"inner": 2, "halo": 1}, "paper__cites__paper": {"edges": 3}},
         ...                    {"paper": {"inner": 2, "halo": 3}, "paper__cites__paper": {"edges": 5}}]}
-        >>> print("\\n".join(format_hetero_stats(stats, "metis, 2 parts")))
+        >>> for line in format_hetero_stats(stats, "metis, 2 parts"): print(line)
         metis, 2 parts: edge cut 3, halo rows 4, paper balance 1.000
-          part type                       inner       halo      edges
-             0 paper                          2          1
+          part type                        inner       halo      edges
+             0 paper                           2          1
              0 paper__cites__paper                                   3
-             1 paper                          2          3
+             1 paper                           2          3
              1 paper__cites__paper                                   5
     """
     balance = stats.get("labelled_balance")

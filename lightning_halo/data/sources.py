@@ -139,12 +139,20 @@ def load_npy_graph(path: str | os.PathLike, mmap_mode: Optional[str] = "c") -> D
     return Data(**arrays)
 
 
-def save_npy_graph(data: Data, path: str | os.PathLike) -> Path:
+def save_npy_graph(data: Any, path: str | os.PathLike) -> Path:
     """Write ``data`` as a graph directory (one ``.npy`` per tensor attribute), a window at a time.
+
+    A :class:`~torch_geometric.data.HeteroData` becomes a heterogeneous graph directory, one
+    folder per node type and per edge type (:mod:`lightning_halo.data.hetero`); a dict of
+    tensors is written as a ``Data``'s attributes would be.
 
     Example:
         >>> save_npy_graph(load_bundled("cora"), "/tmp/cora-npy")  # doctest: +SKIP
     """
+    if is_hetero(data):
+        from lightning_halo.data.hetero import save_npy_hetero_graph
+
+        return save_npy_hetero_graph(data, path)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     for key, value in data.items():

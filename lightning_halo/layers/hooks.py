@@ -46,6 +46,11 @@ from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
 
 
+#: How a layer call on a heterogeneous partition runs, in the layer report.
+HETERO_CALL = ("heterogeneous partition: each source type's halo rows appended (every row: partial sums are for "
+               "homogeneous partitions), PyG's own forward")  # fmt: skip
+
+
 class LayerContext:
     """What the hooks of one model share: the exchange, the bound partition's edges, the options.
 
@@ -263,7 +268,7 @@ class LayerHook:
         if running is None:
             return None
         self._hetero_propagations = 0
-        ctx.record(self.name, "heterogeneous partition: per-type halo rows appended, PyG's own forward")
+        ctx.record(self.name, HETERO_CALL)
         return bound.args, bound.kwargs
 
     def _apply(self, module: Module, call: LayerCall, arguments: dict) -> _Running:

@@ -636,6 +636,7 @@ _HOW = {
     "full": "exact: on `[x_inner; x_halo]`, output cut to the inner rows",
     "gcn": "exact: full, normalised with global degrees (the halo's from their owners, once)",
     "steps": "exact per propagation step: the halo of what it propagates is exchanged before every step",
+    "types": "exact on heterogeneous partitions: every source type's rows with their halo, outputs cut to the inner rows",
 }
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import warnings
+from typing import Any, Literal, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -52,12 +53,19 @@ class HeteroNodeClassifier(pl.LightningModule):
         \mathbf{h}^{(0)}_v = \mathbf{W}_{\tau(v)} \mathbf{x}_v \text{ or } \mathbf{E}_{\tau(v)}[v], \qquad
         \mathbf{h}^{(l+1)}_v = \sum_{r=(s,\cdot,\tau(v))} \mathrm{conv}_r\big(\mathbf{h}^{(l)}_s, \mathbf{h}^{(l)}_v\big)
 
+    The graph's types and sizes are given, or, all four left out (a CLI config), read from the
+    Trainer's :class:`~lightning_halo.HaloDataModule` when the model is configured (and recorded
+    in the hyperparameters, so a checkpoint rebuilds the model alone).
+
     Args:
-        metadata (tuple): ``(node_types, edge_types)``, ``HaloDataModule.metadata`` (or ``data.metadata()``).
-        num_features (dict): input features per node type, 0 for a type without (``HaloDataModule.num_features``).
-        num_nodes (dict): nodes per type (``HaloDataModule.num_nodes``; sizes the embeddings).
-        target (str): the labelled node type (``HaloDataModule.labelled_type``).
-        out_channels (int): number of classes.
+        out_channels (int): number of classes (``HaloDataModule.num_classes``).
+        metadata (tuple, optional): ``(node_types, edge_types)``, ``HaloDataModule.metadata`` (or
+            ``data.metadata()``). (default: ``None``, from the data module)
+        num_features (dict, optional): input features per node type, 0 for a type without
+            (``HaloDataModule.num_features``). (default: ``None``)
+        num_nodes (dict, optional): nodes per type (``HaloDataModule.num_nodes``; sizes the embeddings).
+            (default: ``None``)
+        target (str, optional): the labelled node type (``HaloDataModule.labelled_type``). (default: ``None``)
         hidden_channels (int, optional): hidden size. (default: ``64``)
         num_layers (int, optional): message-passing layers. (default: ``2``)
         conv (str, optional): ``"sage"``, ``"gat"`` or ``"hgt"``. (default: ``"sage"``)
@@ -71,19 +79,19 @@ class HeteroNodeClassifier(pl.LightningModule):
         - **output:** ``[n_target, out_channels]`` logits of the target type's (inner) nodes.
 
     Example:
-        >>> model = HeteroNodeClassifier((["paper", "author"], [("author", "writes", "paper")]),
-        ...                              {"paper": 8, "author": 0}, {"paper": 10, "author": 5}, "paper", 3)
+        >>> model = HeteroNodeClassifier(3, (["paper", "author"], [("author", "writes", "paper")]),
+        ...                              {"paper": 8, "author": 0}, {"paper": 10, "author": 5}, "paper")
         >>> model.hparams.conv
         'sage'
     """
 
     def __init__(
         self,
-        metadata: tuple[list[str], list[EdgeType]],
-        num_features: dict[str, int],
-        num_nodes: dict[str, int],
-        target: str,
         out_channels: int,
+        metadata: Optional[tuple[list[str], list[EdgeType]]] = None,
+        num_features: Optional[dict[str, int]] = None,
+        num_nodes: Optional[dict[str, int]] = None,
+        target: Optional[str] = None,
         hidden_channels: int = 64,
         num_layers: int = 2,
         conv: HeteroConvKind = "sage",
@@ -93,41 +101,68 @@ class HeteroNodeClassifier(pl.LightningModule):
         weight_decay: float = 5e-4,
     ) -> None:
         super().__init__()
-        node_types, edge_types = list(metadata[0]), [tuple(e) for e in metadata[1]]
-        if target not in node_types:
-            raise ValueError(f"target={target!r} is not a node type of the graph ({node_types})")
         if conv not in ("sage", "gat", "hgt"):
             raise ValueError(f"conv must be 'sage', 'gat' or 'hgt', got {conv!r}")
         if conv != "sage" and hidden_channels % heads:
             raise ValueError(f"hidden_channels={hidden_channels} must be a multiple of heads={heads}")
+        self.save_hyperparameters()
+        self.val_acc = MulticlassAccuracy(out_channels, average="micro")
+        self.test_acc = MulticlassAccuracy(out_channels, average="micro")
+        graph = (metadata, num_features, num_nodes, target)
+        if all(v is not None for v in graph):
+            self._build(*graph)  # type: ignore[arg-type]
+        elif any(v is not None for v in graph):
+            raise ValueError("give metadata, num_features, num_nodes and target together (HaloDataModule's metadata, "
+                             "num_features, num_nodes and labelled_type), or none: then they come from the "
+                             "Trainer's data module")  # fmt: skip
+
+    @override
+    def configure_model(self) -> None:
+        """Build the layers from the Trainer's data module when the graph's types were not given (a CLI config)."""
+        if hasattr(self, "head"):
+            return
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not getattr(dm, "hetero", False):
+            raise ValueError("HeteroNodeClassifier without metadata needs a HaloDataModule of a heterogeneous graph "
+                             "in trainer.fit(..., datamodule=dm), or metadata, num_features, num_nodes and target")  # fmt: skip
+        graph = {"metadata": dm.metadata, "num_features": dm.num_features, "num_nodes": dm.num_nodes,
+                 "target": dm.labelled_type}  # fmt: skip
+        self.hparams.update(graph)  # a checkpoint then rebuilds the model without the data module
+        self._build(**graph)
+
+    def _build(self, metadata: tuple[list[str], list[EdgeType]], num_features: dict[str, int], num_nodes: dict[str, int],
+               target: str) -> None:  # fmt: skip
+        h = self.hparams
+        hidden, conv, heads = h.hidden_channels, h.conv, h.heads
+        node_types, edge_types = list(metadata[0]), [tuple(e) for e in metadata[1]]
+        if target not in node_types:
+            raise ValueError(f"target={target!r} is not a node type of the graph ({node_types})")
         missing = [t for t in node_types if t not in num_features or t not in num_nodes]
         if missing:
             raise ValueError(f"num_features and num_nodes must name every node type; missing {missing}")
-        self.save_hyperparameters()
         self.target = target
         self.meta = (node_types, edge_types)
-        layers = needed_relations(edge_types, target, num_layers) if conv != "hgt" else [edge_types]  # type: ignore[arg-type]
+        layers = needed_relations(edge_types, target, h.num_layers) if conv != "hgt" else [edge_types]  # type: ignore[arg-type]
         read = {t for e in layers[0] for t in (e[0], e[2])} if conv != "hgt" else set(node_types)
         self.inputs = nn.ModuleDict({
-            t: nn.Linear(num_features[t], hidden_channels) if num_features[t] else nn.Embedding(num_nodes[t], hidden_channels)
+            t: nn.Linear(num_features[t], hidden) if num_features[t] else nn.Embedding(num_nodes[t], hidden)
             for t in node_types if t in read
         })  # fmt: skip
         from torch_geometric.nn import GATConv, HeteroConv, HGTConv, SAGEConv
 
-        def relation(e: EdgeType) -> nn.Module:
+        def relation() -> nn.Module:
             if conv == "sage":
-                return SAGEConv((hidden_channels, hidden_channels), hidden_channels)
+                return SAGEConv((hidden, hidden), hidden)
             # a relation joins two node types: PyG's GATConv takes (x_src, x_dst) without self-loops
-            return GATConv((hidden_channels, hidden_channels), hidden_channels // heads, heads=heads, add_self_loops=False)
+            return GATConv((hidden, hidden), hidden // heads, heads=heads, add_self_loops=False)
 
         if conv == "hgt":
-            self.convs = nn.ModuleList([HGTConv(hidden_channels, hidden_channels, self.meta, heads=heads)
-                                        for _ in range(num_layers)])  # fmt: skip
+            self.convs = nn.ModuleList([HGTConv(hidden, hidden, self.meta, heads=heads) for _ in range(h.num_layers)])
         else:
-            self.convs = nn.ModuleList([HeteroConv({e: relation(e) for e in chosen}, aggr="sum") for chosen in layers])
-        self.head = nn.Linear(hidden_channels, out_channels)
-        self.val_acc = MulticlassAccuracy(out_channels, average="micro")
-        self.test_acc = MulticlassAccuracy(out_channels, average="micro")
+            with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
+                warnings.filterwarnings("ignore", message="There exist node types")
+                self.convs = nn.ModuleList([HeteroConv({e: relation() for e in chosen}, aggr="sum") for chosen in layers])
+        self.head = nn.Linear(hidden, h.out_channels)
 
     def embed(self, batch: Any) -> dict[str, Tensor]:
         """Every node type's first hidden rows: features projected, or embeddings of ``batch[type].n_id``."""

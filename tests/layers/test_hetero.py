@@ -164,6 +164,7 @@ def test_dblp_matches_the_whole_graph() -> None:
     data = dblp()
     if data is None:
         pytest.skip("the shared datasets (heco/dblp) are not on this machine")
+    data["paper"].x = data["paper"].x[:, :64].contiguous()  # its 4,231 columns cost time, not coverage
     torch.manual_seed(0)
 
     class Net(nn.Module):

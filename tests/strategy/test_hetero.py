@@ -28,7 +28,7 @@ def _records(out: Path, config: str, world_size: int) -> list[dict]:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: int, tmp_path: Path) -> None:
-    configs = [*EXACT, "sage:1:sync", "hgt:2:pipelined"] if world_size == 2 else EXACT
+    configs = [*EXACT, "sage:1:sync", "hgt:2:pipelined", "lazy"] if world_size == 2 else EXACT
     check(run_workers([WORKER, "--out", str(tmp_path), "--configs", *configs], world_size, timeout=900))
     data = generated_hetero()
     for config in EXACT:
@@ -40,6 +40,7 @@ def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: i
             torch.testing.assert_close(rec["pred"], ref["pred"], atol=1e-10, rtol=1e-9)
             assert rec["traffic"], f"{config}: halos must have travelled"
     if world_size == 2:
+        _check_lazy(tmp_path, data)
         exact = _records(tmp_path, "sage:32:sync", 2)[0]["traffic"]
         one_bit = _records(tmp_path, "sage:1:sync", 2)[0]["traffic"]
         fwd = lambda t: sum(v for (layer, kind), v in t.items() if kind == "fwd")  # noqa: E731
@@ -48,3 +49,40 @@ def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: i
             for rec in _records(tmp_path, config, 2):
                 assert all(torch.isfinite(v).all() for v in rec["params"].values()), config
                 assert rec["pred"].shape == (data["paper"].num_nodes, 3)
+
+
+def _check_lazy(out: Path, data) -> None:
+    import lightning as L
+
+    from tests.support.hetero import hetero_loss, lazy_model
+
+    L.seed_everything(0, verbose=False)
+    num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+    ref = lazy_model(data.metadata(), num_nodes, "paper", 3)
+    with torch.no_grad():
+        ref(data)
+    opt = ref.configure_optimizers()
+    for _ in range(EPOCHS):
+        opt.zero_grad()
+        hetero_loss(ref(data), data["paper"], int(data["paper"].train_mask.sum())).backward()
+        opt.step()
+    for r, rec in enumerate(_records(out, "lazy", 2)):
+        assert "not initialised yet" in rec["refusal"] and "model(dm.data)" in rec["refusal"], rec["refusal"]
+        for name, value in ref.state_dict().items():
+            torch.testing.assert_close(rec["params"][name], value, atol=1e-10, rtol=1e-9, msg=lambda m: f"lazy rank {r} {name}: {m}")
+
+
+def test_a_model_with_lazy_parameters_is_refused_naming_them() -> None:
+    from lightning_halo.strategy import check_materialised
+
+    data = generated_hetero()
+    num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+    from tests.support.hetero import lazy_model
+
+    model = lazy_model(data.metadata(), num_nodes, "paper", 3)
+    with pytest.raises(RuntimeError, match=r"not initialised yet.*net\.c1\.") as err:
+        check_materialised(model)
+    assert "num_features" in str(err.value)
+    with torch.no_grad():
+        model(data)
+    check_materialised(model)  # materialised: nothing to say

@@ -133,7 +133,7 @@ def hetero_model(conv: str, metadata, num_features, num_nodes, target: str, num_
     """The zoo's HeteroNodeClassifier as the tests train it: float64, no dropout, seeded by the caller."""
     from lightning_halo.models.hetero_classifier import HeteroNodeClassifier
 
-    return HeteroNodeClassifier(metadata, num_features, num_nodes, target, num_classes, hidden_channels=8,
+    return HeteroNodeClassifier(num_classes, metadata, num_features, num_nodes, target, hidden_channels=8,
                                 conv=conv, heads=2, dropout=0.0, lr=0.02).double()  # fmt: skip
 
 
@@ -167,3 +167,41 @@ def without_zero_extras(got: dict, ref: dict) -> dict:
     for name in extra:
         assert not got["grad"][name].any(), f"{name}: a gradient the whole graph does not have"
     return {**got, "grad": {k: v for k, v in got["grad"].items() if k not in extra}}
+
+
+def lazy_model(metadata, num_nodes, target: str, num_classes: int):
+    """A LightningModule as PyG's heterogeneous examples write it: ``to_hetero`` over lazy layers (``(-1, -1)``),
+    an embedding for the types without features; float64. Its parameters take their shapes in the first forward."""
+    import lightning as L
+    from torch import nn
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    class Plain(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2 = SAGEConv((-1, -1), 8), SAGEConv((-1, -1), num_classes)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    class Lazy(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.ModuleDict({t: nn.Embedding(n, 5) for t, n in num_nodes.items() if t == "venue"})
+            self.net = to_hetero(Plain(), metadata, aggr="sum")
+
+        def forward(self, batch):
+            x = dict(batch.x_dict)
+            for t, emb in self.emb.items():
+                store = batch[t]
+                x[t] = emb(store.n_id if "n_id" in store else torch.arange(store.num_nodes))
+            return self.net(x, batch.edge_index_dict)[target]
+
+        def training_step(self, batch, _):
+            store = batch[target]
+            return torch.nn.functional.cross_entropy(self(batch)[store.train_mask], store.y[store.train_mask])
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=0.02)
+
+    return Lazy().double()

@@ -2,7 +2,8 @@
 
     python tests/workers/hetero_worker.py --out DIR --configs sage:32:sync gat:32:sync hgt:1:pipelined ...
 
-Each config ``<conv>:<bits>:<mode>`` trains the model (float64, no dropout, seeded) for
+Config ``lazy`` trains a model with lazy parameters (refused first, then materialised as the
+refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>`` trains the model (float64, no dropout, seeded) for
 ``EPOCHS`` epochs on the generated heterogeneous graph (a featureless type included) and writes
 DIR/<config>/rank<r>.pt: the parameters after training, the gathered predictions of the
 labelled type, the validation accuracy and the traffic totals.
@@ -20,13 +21,38 @@ import torch
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from tests.support.exit import shutdown
-from tests.support.hetero import generated_hetero, hetero_model
+from tests.support.hetero import generated_hetero, hetero_model, lazy_model
 from tests.support.trainer import quiet_trainer
 
 EPOCHS = 4
 
 
+def lazy(out: Path, world_size: int) -> dict:
+    """A lazy model is refused before DDP wraps it; materialised by one forward on the whole graph, it trains."""
+    dm = HaloDataModule(generated_hetero(), cache_dir=str(out / "cache"))
+    model = lazy_model(dm.metadata, dm.num_nodes, dm.labelled_type, dm.num_classes)
+    # to_hetero's last layer updates every type, and the loss reads one: its other relations are unused
+    unused = {"find_unused_parameters": True}
+    try:
+        quiet_trainer(world_size, strategy=HaloQuantStrategy(bits=32, **unused), max_epochs=1).fit(model, datamodule=dm)
+        refusal = ""
+    except RuntimeError as err:
+        refusal = str(err)
+    L.seed_everything(0, verbose=False)
+    model = lazy_model(dm.metadata, dm.num_nodes, dm.labelled_type, dm.num_classes)
+    with torch.no_grad():
+        model(dm.data)  # what the refusal says to do
+    trainer = quiet_trainer(world_size, strategy=HaloQuantStrategy(bits=32, **unused), max_epochs=EPOCHS, limit_val_batches=0)
+    trainer.fit(model, datamodule=dm)
+    return {"refusal": refusal, "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
 def run(config: str, out: Path, world_size: int, rank: int) -> None:
+    if config == "lazy":
+        target = out / "lazy"
+        target.mkdir(parents=True, exist_ok=True)
+        torch.save(lazy(out, world_size), target / f"rank{rank}.pt")
+        return
     conv, bits, mode = config.split(":")
     dm = HaloDataModule(generated_hetero(), cache_dir=str(out / "cache"))
     model = hetero_model(conv, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type, dm.num_classes)
