@@ -25,8 +25,8 @@ def _parser() -> argparse.ArgumentParser:
         "and the halo traffic per bit width.",
     )
     parser.add_argument(
-        "graph", nargs="?", help="a graph directory of .npy files, a torch.save'd Data, a bundled name (cora), "
-        "pyg:<Class>:<root>[:<name>], or a partition directory (to print its tables)",
+        "graph", nargs="?", help="a graph directory of .npy files, a torch.save'd Data or HeteroData, a heterogeneous "
+        "graph directory, a bundled name (cora), pyg:<Class>:<root>[:<name>], or a partition directory (to print its tables)",
     )  # fmt: skip
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the graph, as in earlier versions
     parser.add_argument("--parts", "--num-parts", dest="parts", type=int, help="number of parts = training processes (not needed for a partition directory)")
@@ -63,8 +63,19 @@ def main(argv: list[str]) -> ExitStatus:
     graph = args.graph or args.data
     if graph is None:
         parser.error("give the graph: lightning-halo partition GRAPH --parts P [--out DIR]")
+    from lightning_halo.data.hetero import is_hetero_partition_dir, print_hetero_report, read_hetero_manifest
     from lightning_halo.data.partition_dir import PartitionFileError, is_partition_dir, read_manifest
 
+    if is_hetero_partition_dir(graph):  # a heterogeneous one, written earlier: print its table
+        try:
+            manifest = read_hetero_manifest(graph)
+        except PartitionFileError as err:
+            raise CommandError(f"{type(err).__name__}: {err}") from err
+        problem = partition_dir_errors(graph, manifest, args.parts, args.out)
+        if problem:
+            raise CommandError(problem)
+        print_hetero_report(manifest, str(graph), args.json)
+        return ExitStatus.OK
     if is_partition_dir(graph):  # written earlier: print its tables
         try:
             manifest = read_manifest(graph)
@@ -83,18 +94,38 @@ def main(argv: list[str]) -> ExitStatus:
             "several threads may give each node a different partition"
         )
     with input_errors_are_command_errors():
-        manifest, where = partition(graph, args)
+        from lightning_halo.data.hetero import open_hetero
+
+        hetero = open_hetero(graph)
+        manifest, where = partition(graph if hetero is None else hetero, args)
+    if hetero is not None:
+        print_hetero_report(manifest, where, args.json)
+        return ExitStatus.OK
     print_report(manifest, where, args)
     return ExitStatus.OK
 
 
-def partition(graph: str, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    """Partition ``graph`` as ``args`` say, into ``--out`` or the cache: ``(its manifest, where it is)``.
+def partition(graph: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """Partition ``graph`` (a path, or a loaded HeteroData) as ``args`` say, into ``--out`` or the cache:
+    ``(its manifest, where it is)``.
 
     Example:
         >>> manifest, where = partition("cora", _parser().parse_args(["cora", "--parts", "2"]))  # doctest: +SKIP
     """
     options = dict(partitioner=args.partitioner, balance=args.balance, seed=args.seed)
+    if args.out is not None and not isinstance(graph, str):  # a heterogeneous graph (lightning_halo.data.hetero)
+        from pathlib import Path
+
+        from lightning_halo.data.hetero import write_hetero_partition_dir
+
+        out = Path(args.out)
+        if out.exists() and any(out.iterdir()):
+            if not args.overwrite:
+                raise CommandError(f"{out} is not empty; pass --overwrite to replace it, or choose another --out")
+            import shutil
+
+            shutil.rmtree(out)
+        return write_hetero_partition_dir(graph, out, args.parts, partitioner=args.partitioner, seed=args.seed), args.out
     if args.out is not None:
         from lightning_halo.data.offline import partition_to_dir
 

@@ -22,10 +22,8 @@ from lightning_halo.data.hetero import (
     HeteroSource,
     format_hetero_stats,
     hetero_cache_key,
-    is_hetero_graph_dir,
     is_hetero_partition_dir,
-    load_npy_hetero_graph,
-    load_hetero_file,
+    open_hetero,
 )
 from lightning_halo.data.partition_dir import (
     MANIFEST,
@@ -166,7 +164,7 @@ class HaloDataModule(pl.LightningDataModule):
         self.seed = seed
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._source: Union[InMemorySource, PathSource, PartitionDirectory, HeteroSource, HeteroPartitionDirectory]
-        hetero = load_hetero_file(Path(data)) if isinstance(data, (str, os.PathLike)) and Path(data).is_file() else None
+        hetero = open_hetero(data)  # a torch.save'd HeteroData or a heterogeneous graph directory
         if isinstance(data, InMemorySource):  # a graph built at first use (HaloLinkDataModule's stages)
             self._source = data
         elif isinstance(data, Data):
@@ -175,8 +173,6 @@ class HaloDataModule(pl.LightningDataModule):
             self._source = HeteroSource(data)
         elif hetero is not None:
             self._source = HeteroSource(hetero, description=str(data))
-        elif isinstance(data, (str, os.PathLike)) and is_hetero_graph_dir(data):
-            self._source = HeteroSource(load_npy_hetero_graph(data), description=f"graph directory {data}")
         elif isinstance(data, (str, os.PathLike)) and is_hetero_partition_dir(data):
             self._source = HeteroPartitionDirectory(data, cache_dir=self.cache_dir)
         elif isinstance(data, (str, os.PathLike)) and is_partition_dir(data):

@@ -422,3 +422,29 @@ def format_hetero_stats(stats: dict[str, Any], title: str) -> list[str]:
             else:
                 lines.append(f"  {p:>4} {name:<24} {'':>8} {'':>10} {figures['edges']:>10}")
     return lines
+
+
+def open_hetero(source: Any) -> Optional[Any]:
+    """The heterogeneous graph behind a path (a ``torch.save``'d HeteroData or a heterogeneous graph directory),
+    or ``None`` if the path holds something else (a homogeneous graph, a partition directory, a name)."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = Path(source)
+    if path.is_file():
+        return load_hetero_file(path)
+    if is_hetero_graph_dir(path):
+        return load_npy_hetero_graph(path)
+    return None
+
+
+def print_hetero_report(manifest: dict[str, Any], where: str, as_json: bool) -> None:
+    """The ``lightning-halo partition`` report of a heterogeneous partitioning: its table, or one JSON object."""
+    if as_json:
+        print(json.dumps({"stats": manifest["stats"], "cache": where, "manifest": manifest}))
+        return
+    graph = manifest["graph"]
+    nodes = ", ".join(f"{t} {n}" for t, n in graph["num_nodes"].items())
+    print(f"graph {graph['source']}: nodes {nodes}; edges {sum(graph['num_edges'].values())} in "
+          f"{len(graph['edge_types'])} edge types; labelled type {graph['labelled_type']}")  # fmt: skip
+    title = f"{manifest['partitioned_with']['partitioner']}, {manifest['num_parts']} parts ({where})"
+    print("\n".join(format_hetero_stats(manifest["stats"], title)))

@@ -381,7 +381,8 @@ def plan_hetero_parts(data: Any, assignment: HeteroAssignment) -> list[HeteroPar
     result: list[HeteroPartPlan] = []
     for p in range(num_parts):
         types: dict[str, TypePlan] = {}
-        halo_local: dict[int, Tensor] = {}
+        # every halo node's local id within its type (types' homogeneous ids never overlap: one tensor per part)
+        halo_local = torch.full((layout.total_nodes,), -1, dtype=torch.long)
         for ti, t in enumerate(layout.node_types):
             inner, halo = inner_by_part_type[(p, ti)], halo_by_part_type[(p, ti)]
             recv = torch.bincount(parts[halo], minlength=num_parts).tolist()
@@ -393,9 +394,7 @@ def plan_hetero_parts(data: Any, assignment: HeteroAssignment) -> list[HeteroPar
                 send_counts.append(int(mine.numel()))
             offset = layout.offsets[t]
             types[t] = TypePlan(torch.cat([inner, halo]) - offset, int(inner.numel()), recv, torch.cat(sends), send_counts)
-            position = torch.full((layout.total_nodes,), -1, dtype=torch.long)
-            position[halo] = int(inner.numel()) + torch.arange(halo.numel())
-            halo_local[ti] = position
+            halo_local[halo] = int(inner.numel()) + torch.arange(halo.numel())
         edge_ids: dict[EdgeType, Tensor] = {}
         edge_index: dict[EdgeType, Tensor] = {}
         for e in layout.edge_types:
@@ -404,7 +403,7 @@ def plan_hetero_parts(data: Any, assignment: HeteroAssignment) -> list[HeteroPar
             src, dst = ei[0] + layout.offsets[src_t], ei[1] + layout.offsets[dst_t]
             keep = torch.nonzero(parts[dst] == p).flatten()
             s, d = src[keep], dst[keep]
-            local_src = torch.where(parts[s] == p, inner_local[s], halo_local[layout.node_types.index(src_t)][s])
+            local_src = torch.where(parts[s] == p, inner_local[s], halo_local[s])
             edge_ids[e] = keep
             edge_index[e] = torch.stack([local_src, inner_local[d]])
         result.append(HeteroPartPlan(p, num_parts, types, edge_ids, edge_index))
