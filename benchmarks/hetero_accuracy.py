@@ -1,6 +1,6 @@
 """What 1-bit halos cost heterogeneous models: test accuracy against 32 bits on HeCo's DBLP and ACM, 2 processes.
 
-    python -m benchmarks.hetero_accuracy                 # about 20 minutes on 2 cores
+    python -m benchmarks.hetero_accuracy --page docs/heterogeneous.md   # about 15 minutes on 2 cores
     python -m benchmarks.hetero_accuracy --epochs 20 --seeds 0 --datasets dblp   # a quick look
 
 For each dataset (``heco/dblp``: authors in 4 classes; ``heco/acm``: papers in 3; the 20-per-class
@@ -37,6 +37,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
     from lightning_halo.models import HeteroNodeClassifier
 
     warnings.filterwarnings("ignore")
+    world_size = int(os.environ["WORLD_SIZE"])  # read once: a finished Trainer's teardown removes it
     graph = heco_graph(Path(os.environ["HECO"]) / dataset)
     for config in configs:
         conv, bits, seed = config.split(":")
@@ -46,7 +47,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
                                      hidden_channels=64, conv=conv)  # type: ignore[arg-type]  # fmt: skip
         best = ModelCheckpoint(dirpath=out / "ckpt" / config.replace(":", "_"), monitor="val_acc", mode="max")
         strategy = HaloQuantStrategy(bits=int(bits), seed=int(seed), find_unused_parameters=conv == "hgt")
-        trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=int(os.environ["WORLD_SIZE"]),
+        trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=world_size,
                             max_epochs=epochs, num_sanity_val_steps=0, enable_progress_bar=False,
                             enable_model_summary=False, logger=False, callbacks=[best])  # fmt: skip
         trainer.fit(model, datamodule=dm)
@@ -75,6 +76,34 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
+def page_section(result: dict) -> str:
+    """The Markdown the docs show: accuracy per dataset and model, and training halo bytes per epoch by layer and type."""
+    lines = ["| dataset | model | seeds | test acc. 32-bit | test acc. 1-bit | 1-bit - 32-bit |", "|---|---|---|---|---|---|"]
+    for row in result["summary"]:
+        lines.append(f"| {row['dataset']} | {row['conv']} | {row['seeds']} | {100 * row['test_acc_32']:.2f} | "
+                     f"{100 * row['test_acc_1']:.2f} | {row['one_bit_minus_32_pp']:+.2f} pp |")  # fmt: skip
+    lines += ["", "Training halo bytes per epoch, all ranks, by layer and source type (seed 0):", "",
+              "| dataset | model | bits | layer[type]/direction | bytes per epoch |", "|---|---|---|---|---|"]  # fmt: skip
+    for run in result["runs"]:
+        if run["seed"] != result["runs"][0]["seed"]:
+            continue
+        for key, value in sorted(run["bytes_per_epoch"].items()):
+            lines.append(f"| {run['dataset']} | {run['conv']} | {run['bits']} | `{key}` | {value:,.0f} |")
+    return "\n".join(lines)
+
+
+def write_page(page: Path, result: dict) -> None:
+    """Put :func:`page_section` between the page's ``hetero-accuracy`` markers."""
+    import re
+
+    text = page.read_text()
+    begin, end = "<!-- BEGIN GENERATED: hetero-accuracy -->\n", "<!-- END GENERATED: hetero-accuracy -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"{page} has no hetero-accuracy section")
+    page.write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda m: begin + page_section(result) + "\n" + end,
+                           text, flags=re.S))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd")
@@ -89,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--devices", type=int, default=2)
     p.add_argument("--out", type=Path, default=RESULT)
+    p.add_argument("--page", type=Path, default=None, help="write the figures into this docs page (its markers)")
+    p.add_argument("--report", action="store_true", help="only write --page from the stored --out")
     a = p.parse_args(argv)
+    if a.report:
+        write_page(a.page, json.loads(a.out.read_text()))
+        return 0
     if a.cmd == "rank":
         rank_main(a.out, a.dataset, a.configs, a.epochs)
         return 0
@@ -112,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             rows += [json.loads((work / f"{c.replace(':', '_')}.json").read_text()) for c in configs]
             print(json.dumps(summarise([r for r in rows if r["dataset"] == dataset]), indent=1), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"devices": a.devices, "runs": rows, "summary": summarise(rows)}, indent=1))
+    result = {"devices": a.devices, "epochs": a.epochs, "runs": rows, "summary": summarise(rows)}
+    a.out.write_text(json.dumps(result, indent=1))
     print(f"written to {a.out}")
+    if a.page is not None:
+        write_page(a.page, result)
     return 0
 
 

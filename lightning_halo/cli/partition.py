@@ -66,25 +66,19 @@ def main(argv: list[str]) -> ExitStatus:
     from lightning_halo.data.hetero import is_hetero_partition_dir, print_hetero_report, read_hetero_manifest
     from lightning_halo.data.partition_dir import PartitionFileError, is_partition_dir, read_manifest
 
-    if is_hetero_partition_dir(graph):  # a heterogeneous one, written earlier: print its table
+    hetero = is_hetero_partition_dir(graph)
+    if hetero or is_partition_dir(graph):  # written earlier: print its tables
         try:
-            manifest = read_hetero_manifest(graph)
+            manifest = read_hetero_manifest(graph) if hetero else read_manifest(graph)
         except PartitionFileError as err:
             raise CommandError(f"{type(err).__name__}: {err}") from err
         problem = partition_dir_errors(graph, manifest, args.parts, args.out)
         if problem:
             raise CommandError(problem)
-        print_hetero_report(manifest, str(graph), args.json)
-        return ExitStatus.OK
-    if is_partition_dir(graph):  # written earlier: print its tables
-        try:
-            manifest = read_manifest(graph)
-        except PartitionFileError as err:
-            raise CommandError(f"{type(err).__name__}: {err}") from err
-        problem = partition_dir_errors(graph, manifest, args.parts, args.out)
-        if problem:
-            raise CommandError(problem)
-        print_report(manifest, str(graph), args, place="partition directory")
+        if hetero:
+            print_hetero_report(manifest, str(graph), args.json)
+        else:
+            print_report(manifest, str(graph), args, place="partition directory")
         return ExitStatus.OK
     if args.parts is None:
         parser.error("--parts is required to partition a graph: the number of training processes")

@@ -33,14 +33,20 @@ def graph_fingerprint(data: Data) -> str:
         '5c1e...'
     """
     h = hashlib.blake2b(digest_size=16)
-    for key in sorted(data.keys()):
-        value = data[key]
+    hash_attributes(h, data)
+    return h.hexdigest()
+
+
+def hash_attributes(h: Any, store: Any) -> None:
+    """Feed ``h`` every attribute of ``store`` (a ``Data`` or a node/edge store) by name: tensors in place, a window
+    at a time; other values by their ``repr``."""
+    for key in sorted(store.keys()):
+        value = store[key]
         h.update(key.encode())
         if isinstance(value, Tensor):
             hash_tensor(h, value)
         else:
             h.update(repr(value).encode())
-    return h.hexdigest()
 
 
 def cache_key(fingerprint: str, **params: Any) -> str:

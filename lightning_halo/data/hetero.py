@@ -37,11 +37,19 @@ from typing import Any, Optional
 
 import torch
 from torch import Tensor
+from typing_extensions import override
 
-from lightning_halo.data.checksums import VerifiedFiles, file_sha256
-from lightning_halo.data.partition_dir import MANIFEST, PartitionFileError, check_part_file, part_name
+from lightning_halo.data.cache import hash_attributes
+from lightning_halo.data.checksums import file_sha256
+from lightning_halo.data.partition_dir import (
+    MANIFEST,
+    PartitionDirectory,
+    PartitionFileError,
+    check_part_file,
+    part_name,
+    read_manifest,
+)
 from lightning_halo.data.validation import GraphValidationError, infer_num_classes
-from lightning_halo.partition.halo_partition import hash_tensor
 from lightning_halo.partition.hetero import (
     HeteroGraphError,
     HeteroHaloPartition,
@@ -145,13 +153,7 @@ def hetero_fingerprint(data: Any) -> str:
     stores += [(f"edge:{'__'.join(e)}", data[e]) for e in data.edge_types]
     for name, store in stores:
         h.update(name.encode())
-        for key in sorted(store.keys()):
-            value = store[key]
-            h.update(key.encode())
-            if isinstance(value, Tensor):
-                hash_tensor(h, value)
-            else:
-                h.update(repr(value).encode())
+        hash_attributes(h, store)
     return h.hexdigest()
 
 
@@ -273,21 +275,8 @@ def write_hetero_partition_dir(
 
 
 def read_hetero_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of a heterogeneous partition directory, checked for its format."""
-    path = Path(directory) / MANIFEST
-    rerun = "re-run the partitioning into a new directory (HaloDataModule rebuilds its cache by itself)"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError as err:
-        raise PartitionFileError(f"{path} is missing: {directory} is not a (complete) partition directory; {rerun}") from err
-    except (OSError, ValueError) as err:
-        raise PartitionFileError(f"{path} is unreadable or truncated ({err}); {rerun}") from err
-    if not isinstance(manifest, dict) or manifest.get("format") != HETERO_FORMAT or "files" not in manifest:
-        raise PartitionFileError(f"{path} is not a lightning-halo heterogeneous partition manifest; {rerun}")
-    if manifest.get("format_version") != HETERO_FORMAT_VERSION:
-        raise PartitionFileError(f"{path} has format version {manifest.get('format_version')}, this lightning-halo "
-                                 f"reads version {HETERO_FORMAT_VERSION}; {rerun}")  # fmt: skip
-    return manifest
+    """The manifest of a heterogeneous partition directory, checked for its format (see :func:`read_manifest`)."""
+    return read_manifest(directory, HETERO_FORMAT, HETERO_FORMAT_VERSION)
 
 
 def is_hetero_partition_dir(path: str | os.PathLike) -> bool:
@@ -298,36 +287,21 @@ def is_hetero_partition_dir(path: str | os.PathLike) -> bool:
         return False
 
 
-class HeteroPartitionDirectory:
-    """A heterogeneous partition directory, read-only: its manifest, and one part at a time.
+class HeteroPartitionDirectory(PartitionDirectory):
+    """A heterogeneous partition directory, read-only: its manifest, and one part at a time (the size and hash
+    checks of :class:`~lightning_halo.data.partition_dir.PartitionDirectory`, its own manifest format and parts).
 
     Args:
         path (str): the directory.
         cache_dir (str, optional): where to remember which part files matched their SHA-256.
     """
 
-    def __init__(self, path: str | os.PathLike, cache_dir: Optional[str | os.PathLike] = None) -> None:
-        self.dir = Path(path)
-        self.verified = VerifiedFiles(cache_dir)
-
+    @override
     def read_meta(self) -> dict[str, Any]:
         return read_hetero_manifest(self.dir)
 
-    def is_complete(self) -> bool:
-        try:
-            manifest = self.read_meta()
-        except PartitionFileError:
-            return False
-        return all((self.dir / f).is_file() and (self.dir / f).stat().st_size == e["bytes"] for f, e in manifest["files"].items())
-
-    def verify(self) -> bool:
-        try:
-            manifest = self.read_meta()
-            return all(file_sha256(self.dir / f) == e["sha256"] for f, e in manifest["files"].items())
-        except (PartitionFileError, OSError):
-            return False
-
-    def load_part(self, p: int) -> HeteroHaloPartition:
+    @override
+    def load_part(self, p: int) -> HeteroHaloPartition:  # type: ignore[override]
         """Part ``p``, checked against the manifest (size and SHA-256), memory-mapped."""
         path = check_part_file(self.dir, self.read_meta(), p, verified=self.verified)
         try:

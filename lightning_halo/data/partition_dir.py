@@ -42,10 +42,10 @@ from lightning_halo._compat.torch import fake_tensor_mode, is_fake, saved_tensor
 from lightning_halo.data.checksums import VerifiedFiles, file_sha256
 from lightning_halo.errors import internal_error
 from lightning_halo.partition.chunks import iter_edges, iter_rows, read_rows
+from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.csr import BlockedCSR
 from lightning_halo.partition.csr import sizes as csr_sizes
 from lightning_halo.partition.graph import assign_parts
-from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.halo import HaloPlan, attribute_layout, plan_halos, summarize
 from lightning_halo.partition.halo_partition import HaloPartition, hash_header
 
@@ -78,8 +78,9 @@ def _rerun(directory: Path) -> str:
     return f"re-run `lightning-halo partition GRAPH --parts P --out {directory}`"
 
 
-def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of a partition directory, checked for its format.
+def read_manifest(directory: str | os.PathLike, fmt: str = FORMAT, version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The manifest of a partition directory, checked for its format (``fmt``, ``version``: a heterogeneous
+    directory's are :data:`lightning_halo.data.hetero.HETERO_FORMAT` and its version).
 
     Raises:
         PartitionFileError: if it is missing, unreadable, or of another format version.
@@ -92,12 +93,12 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
         raise PartitionFileError(f"{path} is missing: {directory} is not a (complete) partition directory; {_rerun(directory)}") from err
     except (OSError, ValueError) as err:
         raise PartitionFileError(f"{path} is unreadable or truncated ({err}); {_rerun(directory)}") from err
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "files" not in manifest:
-        raise PartitionFileError(f"{path} is not a lightning-halo partition manifest; {_rerun(directory)}")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt or "files" not in manifest:
+        raise PartitionFileError(f"{path} is not a lightning-halo partition manifest ({fmt}); {_rerun(directory)}")
+    if manifest.get("format_version") != version:
         raise PartitionFileError(
             f"{path} has format version {manifest.get('format_version')}, this lightning-halo reads version "
-            f"{FORMAT_VERSION}; {_rerun(directory)}"
+            f"{version}; {_rerun(directory)}"
         )
     return manifest
 

@@ -202,7 +202,12 @@ def cut_output(running: HeteroRunning, output: Any) -> Any:
     if running.keep_types is not None and isinstance(output, dict):
         return {t: (v[: running.keep_types[t]] if isinstance(v, Tensor) and t in running.keep_types else v)
                 for t, v in output.items()}  # fmt: skip
-    keep = running.keep_rows
+    return first_rows(output, running.keep_rows)
+
+
+def first_rows(output: Any, keep: Optional[int]) -> Any:
+    """A layer's output cut to its first ``keep`` rows (a tensor, or the first tensor of a tuple such as
+    ``(out, attention)``); ``None`` (keep the output as it is) when there is nothing to cut."""
     if keep is None or output is None:
         return None
     if isinstance(output, Tensor):

@@ -29,7 +29,14 @@ from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, 
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
-from lightning_halo.layers.hetero import HeteroRunning, check_propagation, cut_output, relation_call, types_call
+from lightning_halo.layers.hetero import (
+    HeteroRunning,
+    check_propagation,
+    cut_output,
+    first_rows,
+    relation_call,
+    types_call,
+)
 from lightning_halo.layers.propagate import count_propagation, step_inputs
 from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
 from lightning_halo.layers.registry import (
@@ -44,7 +51,6 @@ from lightning_halo.layers.registry import (
 from lightning_halo.memo import TensorMemo, WarnOnce
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
-
 
 #: How a layer call on a heterogeneous partition runs, in the layer report.
 HETERO_CALL = ("heterogeneous partition: each source type's halo rows appended (every row: partial sums are for "
@@ -327,14 +333,7 @@ class LayerHook:
             return cut_output(running, output)
         if running.restore is not None:
             restore(module, *running.restore)
-        keep = running.call.keep_rows
-        if keep is None or output is None:
-            return None
-        if isinstance(output, Tensor):
-            return output[:keep]
-        if isinstance(output, tuple) and output and isinstance(output[0], Tensor):
-            return (output[0][:keep], *output[1:])
-        return None
+        return first_rows(output, running.call.keep_rows)
 
 
 def find_message_passing(model: Module) -> OrderedDict[str, Module]:

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from lightning_halo.partition.hetero import local_features
+
 HeteroConvKind = Literal["sage", "gat", "hgt"]
 EdgeType = tuple[str, str, str]
 
@@ -165,15 +167,17 @@ class HeteroNodeClassifier(pl.LightningModule):
         self.head = nn.Linear(hidden, h.out_channels)
 
     def embed(self, batch: Any) -> dict[str, Tensor]:
-        """Every node type's first hidden rows: features projected, or embeddings of ``batch[type].n_id``."""
+        """Every node type's first hidden rows: features projected, or embeddings of ``batch[type].n_id``; on a
+        partition for its halo rows too (:func:`~lightning_halo.partition.hetero.local_features`), so the first
+        layer needs no exchange."""
         out = {}
         for t, module in self.inputs.items():
             store = batch[t]
             if isinstance(module, nn.Embedding):
                 ids = store.n_id if "n_id" in store else torch.arange(store.num_nodes, device=module.weight.device)
                 out[t] = module(ids)
-            else:
-                out[t] = module(store.x)
+            else:  # every local row (halo too, on a partition): the projection needs no exchange
+                out[t] = module(local_features(store))
         return out
 
     @override

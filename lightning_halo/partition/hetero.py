@@ -500,6 +500,28 @@ class HeteroHaloPartition(HeteroData):
         return part
 
 
+def local_features(store: Any) -> Tensor:
+    """A node type's features for every row the batch holds: ``x``, with ``halo_x`` after it on a partition.
+
+    On a :class:`HeteroHaloPartition` that is the inner rows and the halo rows (one tensor as
+    partitioned, so no copy): a per-node transform of them (a type's input projection) then
+    needs no exchange, and the layer that reads it gets every local row. On a whole
+    ``HeteroData`` it is ``x``.
+
+    Example:
+        >>> from torch_geometric.data import HeteroData
+        >>> g = HeteroData()
+        >>> g["paper"].x = torch.ones(3, 2)
+        >>> local_features(g["paper"]).shape
+        torch.Size([3, 2])
+    """
+    x, halo = store.x, store.get("halo_x")
+    if not isinstance(halo, Tensor):
+        return x
+    whole = stacked_view(x, halo)
+    return whole if whole is not None else torch.cat([x, halo])
+
+
 def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[HeteroHaloPartition]:
     r"""One :class:`HeteroHaloPartition` per part: what a rank's batch holds.
 
