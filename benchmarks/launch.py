@@ -6,6 +6,7 @@ Used by the benchmark harness (`--local`) and by the tests (through `tests.suppo
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -172,24 +173,32 @@ def _forks_itself(preload: tuple[str, ...]) -> bool:
 
 
 def run_forked(
-    args: list[str], env: dict[str, str], cwd: Path, preload: Sequence[str], timeout: float = 600
+    args: list[str], env: dict[str, str], cwd: Path, preload: Sequence[str], timeout: float = 600,
+    user: int | None = None,
 ) -> subprocess.CompletedProcess:
     """``python *args`` in ``cwd`` with exactly ``env``, forked from the preloaded server (see :func:`run_workers`).
 
     What a fresh interpreter would print, without its imports: for tools that run many short
     commands (``tools/gen_docs.py``). Standard output and error come back apart, as
     ``subprocess.run(..., capture_output=True)`` gives them; ``LIGHTNING_HALO_FRESH_WORKERS=1``
-    starts a fresh interpreter instead.
+    starts a fresh interpreter instead. ``user`` (a uid, root only): run as that user, with its uid as the
+    group and no supplementary groups (as ``setpriv --reuid --regid --clear-groups`` would).
 
     Raises:
         subprocess.TimeoutExpired: the command ran past ``timeout`` seconds (it is killed).
     """
     if os.environ.get("LIGHTNING_HALO_FRESH_WORKERS") == "1":
-        return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        # setpriv where there is one: a user who cannot read the interpreter's own prefix (a pyenv build under
+        # /root) still starts, from the system's; subprocess's own user= fails there
+        setpriv = shutil.which("setpriv") if user is not None else None
+        prefix = [setpriv, f"--reuid={user}", f"--regid={user}", "--clear-groups"] if setpriv else []
+        who = dict(user=user, group=user, extra_groups=[]) if user is not None and not setpriv else {}
+        return subprocess.run([*prefix, sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, **who)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="halo-forked-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         out.touch(), err.touch()
-        proc = _Forked(_forkserver(tuple(preload)), list(args), env, str(out), Path(cwd), str(err), preload)
+        proc = _Forked(_forkserver(tuple(preload)), list(args), env, str(out), Path(cwd), str(err), preload, user)
         proc._p.join(timeout)
         if proc.poll() is None:
             proc.kill()
@@ -202,9 +211,9 @@ class _Forked:
     """A rank forked from the preloaded server, with the few methods of ``Popen`` we use."""
 
     def __init__(self, ctx, args: list[str], env: dict[str, str], log: str, cwd: Path, err_log: str | None = None,
-                 preload: Sequence[str] = ()) -> None:  # fmt: skip
+                 preload: Sequence[str] = (), user: int | None = None) -> None:  # fmt: skip
         self.args = [sys.executable, *args]
-        target_args = (args, env, log, str(cwd), err_log, tuple(preload))
+        target_args = (args, env, log, str(cwd), err_log, tuple(preload), user)
         self._p = ctx.Process(target=_run_as_main, args=target_args, daemon=False)
         # multiprocessing re-imports the parent's main script in every child (spawn's rule);
         # the rank replaces __main__ with its own script, so it is given none to re-import.
@@ -231,8 +240,8 @@ class _Forked:
 
 
 def _run_as_main(args: list[str], env: dict[str, str], log: str, cwd: str, err_log: str | None = None,
-                 preload: tuple[str, ...] = ()) -> None:  # fmt: skip
-    """In the forked rank: become ``python *args`` (environment, cwd, argv, output), then run it.
+                 preload: tuple[str, ...] = (), user: int | None = None) -> None:  # fmt: skip
+    """In the forked rank: become ``python *args`` (environment, cwd, argv, output, ``user``), then run it.
 
     Standard output and error both go to ``log``, or error to ``err_log`` where given. ``preload``:
     what the server imported (the ranks this one launches with it fork from this process).
@@ -252,8 +261,18 @@ def _run_as_main(args: list[str], env: dict[str, str], log: str, cwd: str, err_l
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, target)
         os.close(fd)
+    if user is not None:  # after opening the logs (the caller's files): from here on, only what ``user`` may
+        os.setgroups([])
+        os.setgid(user)
+        os.setuid(user)
     os.environ.clear()
     os.environ.update(env)
+    # what a fresh interpreter would take from its environment at start
+    for entry in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    tempfile.tempdir = None  # found again from this environment's TMPDIR at its first use, as in a fresh one
     os.chdir(cwd)
     if "torch" in sys.modules and env.get("OMP_NUM_THREADS"):
         # the OpenMP runtime read OMP_NUM_THREADS when the server imported torch

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.launch import REPO
+from tests.support.launch import check, run_workers
 
 
 def test_mirror_builds_the_adapters_on_pytorch_lightning() -> None:
@@ -58,10 +56,10 @@ def test_the_command_is_mirrored_with_the_verbs_its_table_names() -> None:
 
 @pytest.mark.multiprocess
 def test_pyg_style_pytorch_lightning_script_runs_unchanged_on_two_processes() -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/pyg_pytorch_lightning.py", "--devices", "2", "--epochs", "30"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    acc = float(re.search(r"test accuracy (\d\.\d+)", result.stdout).group(1))
-    assert acc > 0.7, result.stdout[-2000:]
+    """Two torchrun-style ranks forked from the tests' server (it imported ``lightning``; each rank imports
+    ``pytorch_lightning`` as the script does)."""
+    results = run_workers(["examples/pyg_pytorch_lightning.py", "--devices", "2", "--epochs", "30"], 2, timeout=600)
+    check(results)
+    output = "".join(r.stdout for r in results)
+    acc = float(re.search(r"test accuracy (\d\.\d+)", output).group(1))
+    assert acc > 0.7, output[-2000:]

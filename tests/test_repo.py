@@ -62,7 +62,11 @@ def test_ci_opts_in_to_the_multi_node_test_and_users_are_told_how() -> None:
 
 
 def test_generated_docs_are_current() -> None:
-    result = subprocess.run([sys.executable, "tools/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    """``python tools/gen_docs.py --check``, forked from the tests' preloaded server (its commands fork from it)."""
+    from benchmarks.launch import run_forked
+    from tests.support.launch import PRELOAD
+
+    result = run_forked(["tools/gen_docs.py", "--check"], dict(os.environ), ROOT, PRELOAD)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -8,8 +8,6 @@ also checks that all ranks raise the same error.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -380,11 +378,16 @@ print("ok")
 """
 
 
-def test_a_class_whose_generated_propagate_cannot_fuse_runs_on_edge_index() -> None:
-    # PyG generates a class's propagate for its first instance: only a fresh process shows it.
+def test_a_class_whose_generated_propagate_cannot_fuse_runs_on_edge_index(tmp_path: Path) -> None:
+    # PyG generates a class's propagate for its first instance: only a process that made no SAGEConv yet shows it,
+    # such as one forked from the tests' server (it imported PyG and built no layer; the script checks that).
+    from benchmarks.launch import run_forked
+    from tests.support.launch import PRELOAD
+
     root = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-c", _FIRST_SAGE_CANNOT_FUSE], cwd=root, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    script = tmp_path / "first_sage.py"
+    script.write_text(_FIRST_SAGE_CANNOT_FUSE)
+    res = run_forked([str(script)], {**os.environ, "PYTHONPATH": str(root)}, root, PRELOAD, timeout=300)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout[-2000:] + res.stderr[-3000:]
 
 

@@ -4,7 +4,9 @@ The decision is tested as a pure function; what numba does with a read-only pack
 directory, and that the codec still gets its numba kernels there, is tested by running a
 copy of ``lightning_halo/quant`` in a directory the test process cannot write to: as user
 ``nobody`` when the tests run as root (root ignores mode bits), else as this user with the
-directories ``chmod a-w``.
+directories ``chmod a-w``. Each probe is a process forked from a server that imported PyTorch
+and numba (:func:`benchmarks.launch.run_forked`); it re-reads numba's configuration from its own
+environment and imports the package copy itself, as a fresh interpreter would.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from benchmarks.launch import run_forked
 from lightning_halo.quant import kernel_cache
 from lightning_halo.quant.kernel_cache import choose_numba_cache_dir, is_private_writable
 
@@ -79,8 +80,10 @@ def test_private_means_ours_and_not_writable_by_others(tmp_path) -> None:
 
 PROBE = r"""
 import json, sys, time
+import numba.core.config
 import numpy as np
 import torch
+numba.core.config.reload_config()  # forked from a server that imported numba: this process's environment
 mode = sys.argv[1]
 out = {}
 if mode == "raw":  # numba alone, no lightning-halo logic: what does cache=True do here?
@@ -107,24 +110,20 @@ print("PROBE " + json.dumps(out))
 """
 
 
-def _other_user() -> list[str]:
-    """Command prefix that runs a program as someone who cannot write what this process can."""
-    if os.getuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: cannot drop privileges to test a read-only directory")
-    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-    res = subprocess.run([*prefix, sys.executable, "-c", "import numba, torch"], capture_output=True, text=True, timeout=120)
-    if res.returncode != 0:  # e.g. a checkout under a 0700 home directory
-        pytest.skip(f"user nobody cannot run this interpreter and its packages: {res.stderr.strip()[-300:]}")
-    return prefix
+#: What the probes' server imports once (most of a probe's start); each probe then reads numba's configuration
+#: from its own environment, as a fresh interpreter's import of numba does, and imports the package copy itself.
+PROBE_PRELOAD = ("numpy", "torch", "numba", "json")
+
+
+def _other_user() -> int | None:
+    """The uid to run the probes as: someone who cannot write what this process can (``None``: this user)."""
+    return PROBE_UID if os.getuid() == 0 else None
 
 
 @pytest.fixture
 def sandbox():
     """A copy of lightning_halo/quant the probe cannot write to, and helpers for dirs it can."""
-    prefix = _other_user()
+    user = _other_user()
     root = Path(tempfile.mkdtemp(prefix="halo-ro-"))
     root.chmod(0o755)
     try:
@@ -133,27 +132,25 @@ def sandbox():
         (root / "probe.py").write_text(PROBE)
         # As nobody, root-owned 0755 directories are read-only; as a plain user, 0555 ones are.
         for d in (pkg, pkg.parent):
-            d.chmod(0o755 if prefix else 0o555)
+            d.chmod(0o755 if user is not None else 0o555)
 
         def writable_dir(name: str) -> Path:
             d = root / name
             d.mkdir(mode=0o755)
-            if prefix:
+            if user is not None:
                 os.chown(d, PROBE_UID, PROBE_UID)
             return d
 
         def read_only_dir(name: str) -> Path:
             d = root / name
-            d.mkdir(mode=0o755 if prefix else 0o555)
+            d.mkdir(mode=0o755 if user is not None else 0o555)
             return d
 
         def run(mode: str, **env: str) -> tuple[dict, str]:
             full = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "LIGHTNING_HALO", "XDG_"))}
             full.update(PYTHONPATH=str(root / "site"), PYTHONDONTWRITEBYTECODE="1", **env)
-            res = subprocess.run(
-                [*prefix, sys.executable, str(root / "probe.py"), mode],
-                cwd=root, env=full, capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
+            # forked from a server that imported PyTorch (benchmarks.launch.run_forked), as ``user``
+            res = run_forked([str(root / "probe.py"), mode], full, root, PROBE_PRELOAD, timeout=300, user=user)
             line = [ln for ln in res.stdout.splitlines() if ln.startswith("PROBE ")]
             assert res.returncode == 0 and line, res.stdout + res.stderr
             return json.loads(line[0][6:]), res.stderr

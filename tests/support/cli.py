@@ -1,8 +1,10 @@
 """Running ``lightning-halo`` in tests: the installed command, two launched ranks, or ``main`` in this process.
 
 A verb that only parses or fails early runs in this process (:func:`cli_in_process`, or the
-``lightning_halo_cli`` fixture of ``tests/conftest.py``); the installed command (:func:`cli`)
-costs a fresh interpreter (~6 s of imports), so each verb family has at most one such test.
+``lightning_halo_cli`` fixture of ``tests/conftest.py``); a run on two ranks forks them from the
+tests' preloaded server (:func:`cli_ranks`). The installed command (:func:`cli`) costs a fresh
+interpreter (~6 s of imports) and then Lightning's launcher starts another: only where that is
+what a test proves (``verify``'s own launch; torchrun's and the README's commands start theirs).
 """
 
 from __future__ import annotations
@@ -37,15 +39,17 @@ def cli(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.Complete
     return subprocess.run([exe, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def cli_ranks(*args: str, tmp_path: Path, timeout: float = 600) -> str:
+def cli_ranks(*args: str, tmp_path: Path, timeout: float = 600, cache: Path | None = None) -> str:
     """Run ``lightning-halo *args`` as two torchrun-style ranks forked from the tests' preloaded
     server (:mod:`tests.support.launch`); returns both ranks' output, rank 0 first.
 
     Saves the two fresh interpreters of a :func:`cli` run (about 12 s); the command's own launcher
-    (Lightning's subprocess launcher) is exercised by :func:`cli` tests and the README test.
+    (Lightning's subprocess launcher) is exercised by the README test. ``cache``: a partition cache
+    of the test's own (to look at what the run wrote there), instead of the session's.
     """
     # the session's partition cache (tests.support.cache): Tolokers and CiteSeer are partitioned once per run
-    env = {"LIGHTNING_HALO_CACHE": shared_cache(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    where = str(cache) if cache is not None else shared_cache(tmp_path / "cache")
+    env = {"LIGHTNING_HALO_CACHE": where, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     results = run_workers(["-m", "lightning_halo.cli", *args], 2, timeout=timeout, env=env, cwd=tmp_path)
     check(results)
     return "".join(r.stdout for r in results)

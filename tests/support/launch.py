@@ -16,7 +16,8 @@ from benchmarks.launch import REPO, check, free_port, run_forked
 from benchmarks.launch import run_workers as _run_workers
 from tests.support.launches import record
 
-PRELOAD = (*launch.PRELOAD, "tests.support.trainer")
+#: The ranks' imports, the tests' trainer helpers, and the command's (``tools/gen_docs.py``'s commands fork from it).
+PRELOAD = (*launch.PRELOAD, "tests.support.trainer", "lightning_halo.cli", "lightning_halo.planner")
 
 
 def run_workers(args: Sequence[str], world_size: int, **kwargs) -> list[subprocess.CompletedProcess]:
