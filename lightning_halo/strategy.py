@@ -42,6 +42,7 @@ from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.chunks import trim_heap
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
+from lightning_halo.quant.allocate import BIT_BUDGET, BIT_CHOICES
 from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,17 @@ class HaloQuantStrategy(DDPStrategy):
     :func:`~lightning_halo.global_mean`) with ``scale_loss="share"``.
 
     Args:
-        bits (int, optional): bits per value of forward halo rows in training: ``1``, ``2``,
-            ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact). (default: ``1``)
-        grad_bits (int, optional): bits of backward halo gradients. (default: ``bits``)
+        bits (int or str, optional): bits per value of forward halo rows in training: ``1``, ``2``,
+            ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact); or ``"adaptive"``:
+            per layer call and direction, a width of ``bit_choices`` that every rank agrees on at each
+            epoch's start, where the codec's variance bound of last epoch's rows says it matters most,
+            within ``bit_budget`` (:mod:`lightning_halo.quant.allocate`, docs/quantization.md). (default: ``1``)
+        grad_bits (int or str, optional): bits of backward halo gradients, or ``"adaptive"``. (default: ``bits``)
         eval_bits (int, optional): bits for validation/test/predict. (default: ``32``)
+        bit_choices (tuple of int, optional): the widths an adaptive direction chooses from (by
+            default ``BIT_CHOICES``, ``(1, 2, 4, 8)``).
+        bit_budget (float, optional): the bytes per epoch the adaptive directions may move, as a multiple of
+            their bytes at the narrowest choice (``1``: all at the narrowest; by default ``BIT_BUDGET``, ``2.0``).
         scale_loss (str, optional): what the loss is: ``"train_mean"`` (a mean over the
             partition's train nodes; multiplied by :math:`P\,n_r/N_{train}`), ``"share"``
             (this rank's share of the global objective: the ranks' losses sum to it, e.g.
@@ -217,9 +225,11 @@ class HaloQuantStrategy(DDPStrategy):
 
     def __init__(
         self,
-        bits: int = 1,
-        grad_bits: Optional[int] = None,
+        bits: Union[int, Literal["adaptive"]] = 1,
+        grad_bits: Union[int, Literal["adaptive"], None] = None,
         eval_bits: int = 32,
+        bit_choices: tuple[int, ...] = BIT_CHOICES,
+        bit_budget: float = BIT_BUDGET,
         scale_loss: Union[bool, LossScaling] = "train_mean",
         halo_timeout: float = 300.0,
         seed: int = 0,
@@ -270,7 +280,8 @@ class HaloQuantStrategy(DDPStrategy):
         self.num_threads = num_threads
         #: The rank's halo exchange (checks and owns the bit widths, seeds and per-rank halo state).
         self.exchanger = HaloExchanger(
-            None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite
+            None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite,
+            bit_choices=tuple(bit_choices), bit_budget=bit_budget,
         )
         self._layers = LayerContext(self.exchanger, aggregation, halo_reduction)  # checks and owns both options
         self._policy: HaloPolicy = SYNC
@@ -294,11 +305,11 @@ class HaloQuantStrategy(DDPStrategy):
         return dict(self._init_args)
 
     @property
-    def bits(self) -> int:
+    def bits(self) -> Union[int, str]:
         return self.exchanger.bits
 
     @property
-    def grad_bits(self) -> int:
+    def grad_bits(self) -> Union[int, str]:
         return self.exchanger.grad_bits
 
     @property
@@ -334,6 +345,13 @@ class HaloQuantStrategy(DDPStrategy):
     def staleness(self) -> dict[str, int]:
         """Epochs since each training exchange (a layer, or a step ``layer#k``) last received fresh rows."""
         return dict(zip(self.exchanger.slot_layers(), self.exchanger.staleness()))
+
+    def halo_widths(self) -> dict[str, dict[str, int]]:
+        """With ``bits="adaptive"``: per training exchange, this epoch's width per adaptive direction (``"fwd"``,
+        ``"bwd"``), agreed by all ranks; empty where every width is fixed."""
+        if not self.exchanger.adaptive_bits:
+            return {}
+        return dict(zip(self.exchanger.slot_layers(), self.exchanger.widths()))
 
     def halo_decisions(self) -> dict[str, tuple[str, float]]:
         """In an ``"adaptive"`` run: per training exchange, this epoch's choice (``"pipelined"``: stale, or
@@ -427,7 +445,11 @@ class HaloQuantStrategy(DDPStrategy):
                 if ex.bits == ex.grad_bits == 32
                 else "quantized: lossy, unbiased; bits=32 is exact"
             )
-            rank_zero_info(f"lightning-halo: training halos at bits={ex.bits}, grad_bits={ex.grad_bits} ({what})")
+            widths = f"bits={ex.bits!r}, grad_bits={ex.grad_bits!r}"
+            if ex.adaptive_bits:  # bits="adaptive": say what it chooses from and within which bytes
+                widths += (f" (widths of {ex.bit_choices} agreed every epoch, within {ex.bit_budget:g}x their "
+                           "narrowest bytes)")  # fmt: skip
+            rank_zero_info(f"lightning-halo: training halos at {widths} ({what})")
 
     def _set_threads(self) -> None:
         if self.num_threads is not None:

@@ -43,7 +43,8 @@ class HaloTrafficLogger(Callback):
     (bytes handed to the collectives), ``halo/fwd_fp32_bytes``, ``halo/bwd_fp32_bytes``
     (what raw float32 rows would have cost), ``halo/MB`` (forward + backward, also on the
     progress bar), ``halo/wait_s`` (slowest rank's time blocked on halo collectives) and
-    ``halo/codec_s`` (slowest rank's time quantizing and dequantizing);
+    ``halo/codec_s`` (slowest rank's time quantizing and dequantizing); with ``bits="adaptive"``
+    ``halo/bits/<layer>/<fwd|bwd>`` (the width each exchange sent at this epoch);
     ``halo/eval_bytes`` for validation. At the end of fit, rank 0 prints MB sent and the
     reduction factor against float32, per layer and kind of traffic, and the figures are kept in
     :attr:`summary` (with link prediction also the pair exchange of
@@ -78,6 +79,10 @@ class HaloTrafficLogger(Callback):
                                 "halo/bwd_fp32_bytes": bwd32}, reduce_fx="sum")  # fmt: skip
         log_reduced(pl_module, {"halo/MB": (fwd + bwd) / _MB}, reduce_fx="sum", prog_bar=True)
         log_reduced(pl_module, {"halo/wait_s": wait_s, "halo/codec_s": codec_s}, reduce_fx="max")
+        widths = getattr(trainer.strategy, "halo_widths", dict)()
+        if widths:  # bits="adaptive": every rank agreed on them (SlotTable.decide_widths), nothing to reduce
+            log_reduced(pl_module, {f"halo/bits/{layer}/{d}": b for layer, w in widths.items() for d, b in w.items()},
+                        reduce_fx="max")  # fmt: skip
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

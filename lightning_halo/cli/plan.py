@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=PLAN_MODELS, default="gcn")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=2, help="message-passing layers")
-    p.add_argument("--bits", type=int, nargs="+", choices=SUPPORTED_BITS, default=[32, 1])
+    # "adaptive" is parsed so that the planner can say why it plans its bounds instead
+    p.add_argument("--bits", type=lambda v: v if v == "adaptive" else int(v), nargs="+",
+                   choices=(*SUPPORTED_BITS, "adaptive"), default=[32, 1])  # fmt: skip
     p.add_argument("--mode", dest="modes", nargs="+", choices=[m for m in MODES if m != "adaptive"], default=["sync", "pipelined"],
                    help="halo modes to plan (adaptive lies between sync and pipelined: plan those two)")
     p.add_argument("--bandwidth", default="10gbit", help="one rank's link: 10gbit, 100mbit, 1.25GB/s (default: 10gbit)")

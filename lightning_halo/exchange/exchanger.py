@@ -22,13 +22,21 @@ from lightning_halo.exchange.inputs import InputHalos
 from lightning_halo.exchange.meter import TrafficMeter
 from lightning_halo.exchange.plan import Direction, ExchangePlan, type_plan_key
 from lightning_halo.exchange.policy import Mode
-from lightning_halo.exchange.slots import SlotTable
+from lightning_halo.exchange.slots import Bits, SlotTable
 from lightning_halo.exchange.state import ExchangeState
 from lightning_halo.exchange.wire import SoloTransport, Transport, Wire
 from lightning_halo.partition.cover import halo_cover
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
 from lightning_halo.quant import check_bits
+from lightning_halo.quant.allocate import (
+    BIT_BUDGET,
+    BIT_CHOICES,
+    check_bit_budget,
+    check_bit_choices,
+    check_width,
+    is_adaptive,
+)
 
 #: Observer of training exchanges (tests): ``fn(traffic, epoch, slot, sent, received)``.
 Observer = Callable[[str, int, Optional[int], Tensor, Tensor], None]
@@ -73,9 +81,13 @@ class HaloExchanger:
     Args:
         transport: the rank's :class:`~lightning_halo.exchange.wire.Transport`; ``None`` until
             :meth:`connect` (world size 1 needs none).
-        bits (int): forward bits for training. (default: ``1``)
-        grad_bits (int): backward bits. (default: ``bits``)
+        bits (int or str): forward bits for training, or ``"adaptive"``: per layer call, the width
+            of ``bit_choices`` agreed every epoch (:mod:`lightning_halo.quant.allocate`). (default: ``1``)
+        grad_bits (int or str): backward bits, or ``"adaptive"``. (default: ``bits``)
         eval_bits (int): bits for validation/test/predict. (default: ``32``)
+        bit_choices (tuple of int): the widths adaptive directions choose from. (default: ``(1, 2, 4, 8)``)
+        bit_budget (float): the bytes adaptive directions may move, as a multiple of their bytes at the
+            narrowest choice. (default: ``2.0``)
         seed (int): seed of the per-rank stochastic-rounding generator. (default: ``0``)
         check_finite (bool): raise on NaN/Inf in halo rows. (default: ``True``)
 
@@ -89,18 +101,32 @@ class HaloExchanger:
         self,
         transport: Optional[Transport] = None,
         *,
-        bits: int = 1,
-        grad_bits: Optional[int] = None,
+        bits: Bits = 1,
+        grad_bits: Optional[Bits] = None,
         eval_bits: int = 32,
         seed: int = 0,
         check_finite: bool = True,
+        bit_choices: tuple[int, ...] = BIT_CHOICES,
+        bit_budget: float = BIT_BUDGET,
     ) -> None:
-        self.bits = check_bits(bits)
-        self.grad_bits = bits if grad_bits is None else check_bits(grad_bits, "grad_bits")
+        self.bits: Bits = check_width(bits)
+        self.grad_bits: Bits = self.bits if grad_bits is None else check_width(grad_bits, "grad_bits")
         self.eval_bits = check_bits(eval_bits, "eval_bits")
+        self.bit_choices = check_bit_choices(bit_choices)
+        self.bit_budget = check_bit_budget(bit_budget)
+        if not is_adaptive(self.bits) and not is_adaptive(self.grad_bits):
+            options = (("bit_choices", self.bit_choices, BIT_CHOICES), ("bit_budget", self.bit_budget, BIT_BUDGET))
+            given = [f"{name}={value!r}" for name, value, default in options if value != default]
+            if given:
+                verb = "apply" if len(given) > 1 else "applies"
+                raise ValueError(f"{' and '.join(given)} {verb} to bits='adaptive' (or grad_bits='adaptive') only; "
+                                 f"this run sends at bits={self.bits}, grad_bits={self.grad_bits}")  # fmt: skip
         self.meter = TrafficMeter()
         self._wire = Wire(transport or SoloTransport(), self.meter, check_finite)
         self._slots = SlotTable(self._wire)
+        adaptive = tuple(d for d, b in (("fwd", self.bits), ("bwd", self.grad_bits)) if is_adaptive(b))
+        if adaptive:
+            self._slots.set_widths(self.bit_choices, self.bit_budget, adaptive)
         #: The exact collectives the layer calls are given (degrees, edge lists, agreement).
         self.collectives = Collectives(self._wire)
         #: What checkpoints (generators, slots, traffic totals), for :class:`~lightning_halo.HaloStateCallback`.
@@ -280,6 +306,7 @@ class HaloExchanger:
             self._slots.set_drift_bound(drift_bound)
             if mode == "adaptive":
                 self._slots.decide(epoch)
+            self._slots.decide_widths(epoch)  # adaptive bit widths (nothing where every width is fixed)
         self._slot_index = 0
         self._steps += 1
         self._anchors.clear()
@@ -308,6 +335,20 @@ class HaloExchanger:
     def decisions(self) -> list[tuple[Mode, float]]:
         """Per training slot, in an ``"adaptive"`` run: this epoch's choice and the agreed drift behind it."""
         return self._slots.decisions()
+
+    @property
+    def adaptive_bits(self) -> bool:
+        """Whether some direction's width is chosen every epoch (``bits`` or ``grad_bits`` is ``"adaptive"``)."""
+        return bool(self._slots.adaptive_directions)
+
+    def widths(self) -> list[dict[str, int]]:
+        """Per training slot, the width each adaptive direction (``"fwd"``, ``"bwd"``) sends at in this epoch."""
+        return self._slots.widths()
+
+    def fixed_width(self, direction: str) -> int:
+        """The width of an exchange outside the training slots (pairs of link prediction): ``bits`` or ``grad_bits``,
+        the widest of ``bit_choices`` where it is ``"adaptive"``."""
+        return self._slots.width(None, direction, self.bits if direction == "fwd" else self.grad_bits)
 
     def slot_layers(self) -> list[str]:
         """The layer (or propagation step) of each training slot, in call order."""

@@ -4,7 +4,9 @@ The :math:`k`-th halo exchange of a training step is *slot* :math:`k`; its state
 epochs: the rows and gradients a stale mode uses instead of this epoch's, and the exchanges
 still in flight. In an ``"adaptive"`` epoch each slot runs ``"pipelined"`` or ``"sync"``, as
 :meth:`SlotTable.decide` agreed at the epoch's start from the drift of the rows every rank sent
-in the previous epoch.
+in the previous epoch. With adaptive bit widths (``bits="adaptive"``) each slot and direction
+sends at the width :meth:`SlotTable.decide_widths` agreed at the epoch's start from the codec's
+variance bound of what every rank sent in the previous epoch (:mod:`lightning_halo.quant.allocate`).
 
 Example:
     >>> from lightning_halo.exchange.meter import TrafficMeter
@@ -19,8 +21,8 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -28,6 +30,12 @@ from torch import Tensor
 from lightning_halo.exchange.plan import Direction
 from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.wire import HaloExchangeError, Pending, Wire
+from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, signal_of
+
+#: A slot's bit width as the exchanger gives it: a number, or ``"adaptive"`` (the slot's agreed width).
+Bits = Union[int, str]
+#: The directions of a slot, in the order of the agreement's tensor.
+DIRECTIONS = ("fwd", "bwd")
 
 
 @dataclass
@@ -50,6 +58,10 @@ class Slot:
     drift: float = -1.0
     decision: Mode = "sync"
     agreed_drift: float = float("inf")
+    # adaptive bit widths: this epoch's width per direction (agreed in `decide_widths`; absent: the narrowest), and
+    # what this rank sent since the last decision, per direction: [variance numerator, energy, rows]
+    widths: dict[str, int] = field(default_factory=dict)
+    signal: dict[str, list[float]] = field(default_factory=dict)
 
 
 class SlotTable:
@@ -66,6 +78,64 @@ class SlotTable:
         self.keep_history = True
         self.drift_bound: Optional[float] = None
         self._decided_epoch = -1
+        self.bit_choices: tuple[int, ...] = ()  # adaptive widths: the choices (empty: every width is fixed)
+        self.bit_budget = 1.0
+        self.adaptive_directions: tuple[str, ...] = ()
+        self._widths_epoch = -1
+
+    def set_widths(self, choices: tuple[int, ...], budget: float, directions: tuple[str, ...]) -> None:
+        """Adaptive bit widths for ``directions`` (of :data:`DIRECTIONS`): chosen from ``choices`` under ``budget``
+        (checked by the exchanger, :func:`~lightning_halo.quant.allocate.check_bit_choices`)."""
+        self.bit_choices, self.bit_budget = tuple(choices), float(budget)
+        self.adaptive_directions = tuple(d for d in DIRECTIONS if d in directions)
+
+    def width(self, slot: Optional[Slot], direction: str, bits: Bits) -> int:
+        """The width a slot's ``direction`` sends at: ``bits``, or where that is ``"adaptive"`` the slot's agreed
+        width (outside the slots, ``slot=None``: the widest choice)."""
+        if not is_adaptive(bits):
+            return int(bits)
+        if slot is None:
+            return self.bit_choices[-1]
+        return slot.widths.get(direction, self.bit_choices[0])
+
+    def _measure_width(self, slot: Slot, rows: Tensor, direction: str) -> None:
+        r, e = signal_of(rows)
+        acc = slot.signal.setdefault(direction, [0.0, 0.0, 0.0])
+        acc[0] += r
+        acc[1] += e
+        acc[2] += float(rows.size(0))
+
+    def decide_widths(self, epoch: int) -> None:
+        """Agree, once per epoch, every slot's width per adaptive direction (one all-reduce, ``aux`` traffic).
+
+        The signals every rank measured since the last decision (the variance numerator and energy of the
+        rows it sent, and their count) are summed over the ranks; every rank then runs the same greedy choice
+        (:func:`~lightning_halo.quant.allocate.choose_widths`) on the same numbers, so all take the same widths.
+        A slot and direction that sent nothing anywhere since then keeps its width and is left out of the budget.
+        """
+        if self._widths_epoch == epoch or not self.adaptive_directions or not self.slots:
+            return
+        self._widths_epoch = epoch
+        dirs = self.adaptive_directions
+        device = next((s.sent.device for s in self.slots if s.sent is not None), torch.device("cpu"))
+        local = torch.tensor(
+            [[s.signal.get(d, [0.0, 0.0, 0.0]) for d in dirs] for s in self.slots], dtype=torch.float64, device=device
+        )
+        agreed = self.wire.all_sum(local, "bits").cpu()
+        groups, where = [], []
+        for i, s in enumerate(self.slots):
+            for j, d in enumerate(dirs):
+                r, e, n = agreed[i, j].tolist()
+                if n > 0:
+                    groups.append(GroupSignal(r, e, int(round(n)), s.d, torch.empty((), dtype=s.dtype).element_size()))
+                    where.append((s, d))
+            s.signal = {}
+        for (s, d), b in zip(where, choose_widths(groups, self.bit_choices, self.bit_budget)):
+            s.widths[d] = b
+
+    def widths(self) -> list[dict[str, int]]:
+        """Per slot: the width each adaptive direction sends at this epoch."""
+        return [{d: self.width(s, d, "adaptive") for d in self.adaptive_directions} for s in self.slots]
 
     def set_history(self, keep: bool) -> None:
         """Whether a synchronous step keeps its rows and gradients for later stale steps.
@@ -155,7 +225,7 @@ class SlotTable:
         slot: Slot,
         send: Tensor,
         mode: Mode,
-        bits: int,
+        bits: Bits,
         counts: tuple[Sequence[int], Sequence[int]],
         epoch: int,
         generator: torch.Generator,
@@ -169,6 +239,9 @@ class SlotTable:
             self._land_fwd(slot)  # a pipelined epoch's rows, superseded by this epoch's
         if mode == "periodic" and slot.halo is not None:
             return slot.halo.clone()
+        if is_adaptive(bits):  # what is sent now (a periodic epoch sends nothing)
+            self._measure_width(slot, send, "fwd")
+            bits = self.width(slot, "fwd", bits)
         if mode == "pipelined" and (slot.halo is not None or slot.fwd_pending is not None):
             if slot.fwd_pending is not None:
                 self._land_fwd(slot)
@@ -188,7 +261,7 @@ class SlotTable:
         layer: str,
         grad_halo: Tensor,
         mode: Mode,
-        bits: int,
+        bits: Bits,
         counts: tuple[Sequence[int], Sequence[int]],
         epoch: int,
         generator: torch.Generator,
@@ -200,6 +273,9 @@ class SlotTable:
             self._land_bwd(slot)
         if mode == "periodic":
             return None  # between periodic refreshes no gradient crosses partitions
+        if is_adaptive(bits) and slot is not None:
+            self._measure_width(slot, grad_halo, "bwd")
+        bits = self.width(slot, "bwd", bits)
         if mode == "pipelined" and slot is not None:
             if slot.bwd_pending is not None:
                 self._land_bwd(slot)
@@ -258,6 +334,8 @@ class SlotTable:
                 "partial": s.partial,
                 "sent": None if s.sent is None else s.sent.detach().cpu(),
                 "drift": s.drift,
+                "widths": dict(s.widths),
+                "signal": {d: list(v) for d, v in s.signal.items()},
             }
             for s in self.slots
         ]
@@ -275,6 +353,8 @@ class SlotTable:
                 partial=bool(s.get("partial", False)),
                 sent=None if s.get("sent") is None else s["sent"].to(device),
                 drift=float(s.get("drift", -1.0)),
+                widths={d: int(b) for d, b in s.get("widths", {}).items()},
+                signal={d: [float(x) for x in v] for d, v in s.get("signal", {}).items()},
             )
             for s in state
         ]

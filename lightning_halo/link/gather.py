@@ -152,7 +152,8 @@ def _check_ids(global_ids: Tensor, num_nodes: int) -> None:
 
 def _how(exchanger: HaloExchanger) -> _How:
     if exchanger.training and torch.is_grad_enabled():
-        return _How(exchanger.bits, exchanger.grad_bits, "fwd", exchanger.state.train_generator)
+        # bits="adaptive" chooses widths for the layers' halos; the pairs travel at the widest choice
+        return _How(exchanger.fixed_width("fwd"), exchanger.fixed_width("bwd"), "fwd", exchanger.state.train_generator)
     return _How(exchanger.eval_bits, exchanger.eval_bits, "eval", exchanger.state.eval_generator)
 
 

@@ -254,6 +254,7 @@ def _checked(
 ) -> tuple[Workload, list[int], list[str]]:  # fmt: skip
     from lightning_halo.exchange.policy import check_count, check_mode
     from lightning_halo.layers.reduction import check_halo_reduction
+    from lightning_halo.quant.allocate import is_adaptive
     from lightning_halo.quant.format import check_bits
 
     check_model(model)
@@ -264,6 +265,13 @@ def _checked(
     check_halo_reduction(reduction)
     check_count("refresh_every", refresh_every, 1)
     check_count("ranks_per_host", ranks_per_host, 1)
+    for b in bits:
+        if is_adaptive(b):  # widths chosen from the variance measured while training
+            raise ValueError(
+                "bits 'adaptive' chooses each layer's width from the variance its rows show during training, which no "
+                "plan can know: plan its bounds, the narrowest of its bit_choices and the width whose bytes its "
+                "bit_budget allows (bits 1 and 2 for the defaults: 2x the 1-bit bytes is about 2-bit's)"
+            )
     for m in modes:
         check_mode(m)
         if m == "adaptive":  # its layers switch between the two from the drift measured while training

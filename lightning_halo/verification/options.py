@@ -39,6 +39,8 @@ STRATEGY_OPTIONS: dict[str, tuple[Treatment, str]] = {
     "bits": (Treatment.EXACT, _LOSSY_BITS),
     "grad_bits": (Treatment.EXACT, _LOSSY_BITS),
     "eval_bits": (Treatment.RUN, "one training step: nothing is evaluated"),
+    "bit_choices": (Treatment.RUN, "the widths of bits='adaptive': verify checks bits=32, where they change nothing"),
+    "bit_budget": (Treatment.RUN, "the bytes of bits='adaptive': verify checks bits=32, where they change nothing"),
     "scale_loss": (Treatment.CARRIED, ""),
     "halo_timeout": (Treatment.RUN, "the check's timeout= bounds its runs and their collectives"),
     "seed": (Treatment.CARRIED, ""),

@@ -19,14 +19,17 @@ WORLD_SIZE = min(2, max_ranks())  # 2 ranks on CPU; on a machine with one GPU, w
 
 @pytest.mark.multiprocess
 @pytest.mark.device
-@pytest.mark.parametrize("model", ["gcn", "appnp"])
-def test_resume_is_bitwise_exact(model: str, tmp_path) -> None:
-    """APPNP exchanges its halo before each of its 10 propagation steps: one slot per step."""
+@pytest.mark.parametrize(("model", "bits", "modes"), [("gcn", "1", MODES), ("appnp", "1", MODES),
+                                                      ("gcn", "adaptive", ["pipelined:2", "adaptive:0.75"])],
+                         ids=["gcn", "appnp", "gcn-adaptive-bits"])  # fmt: skip
+def test_resume_is_bitwise_exact(model: str, bits: str, modes: list[str], tmp_path) -> None:
+    """APPNP exchanges its halo before each of its 10 propagation steps: one slot per step. With ``bits="adaptive"``
+    the resumed run chooses the widths the uninterrupted one chose (the measured signals are checkpointed)."""
     for phase in ("full", "first", "second"):
         check(
             run_workers(
-                ["tests/workers/resume_worker.py", "--out", str(tmp_path), "--phase", phase, "--modes", *MODES,
-                 "--model", model],
+                ["tests/workers/resume_worker.py", "--out", str(tmp_path), "--phase", phase, "--modes", *modes,
+                 "--model", model, *(["--bits", bits] if bits != "1" else [])],
                 WORLD_SIZE,
                 timeout=600,
             )
@@ -34,7 +37,7 @@ def test_resume_is_bitwise_exact(model: str, tmp_path) -> None:
     # one partition folder; `sources/` holds the facts of named sources (sizes, fingerprints)
     caches = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".") and p.name != "sources"]
     assert len(caches) == 1, "the resumed run must reuse the cached partition"
-    for mode in MODES:
+    for mode in modes:
         tag = mode.replace(":", "_")
         for rank in range(WORLD_SIZE):
             full = torch.load(tmp_path / "full" / model / tag / f"rank{rank}.pt")
@@ -48,3 +51,8 @@ def test_resume_is_bitwise_exact(model: str, tmp_path) -> None:
                 resumed_d = torch.load(tmp_path / "second" / model / tag / f"decisions{rank}.pt")
                 assert resumed_d and resumed_d == {e: d for e, d in full_d.items() if e in resumed_d}
                 assert {d for ds in resumed_d.values() for d in ds} == {"sync", "pipelined"}, full_d
+            if bits == "adaptive":
+                full_w = torch.load(tmp_path / "full" / model / tag / f"widths{rank}.pt")
+                resumed_w = torch.load(tmp_path / "second" / model / tag / f"widths{rank}.pt")
+                assert resumed_w and resumed_w == {e: w for e, w in full_w.items() if e in resumed_w}
+                assert len({b for w in full_w.values() for per in w.values() for b in per.values()}) > 1, full_w

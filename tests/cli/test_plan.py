@@ -47,6 +47,8 @@ def test_plan_a_partition_directory_and_counts(plan_cli, tmp_path: Path) -> None
     assert code == 2 and "needs all of --nodes, --edges, --features, --classes" in err
     code, _, err = plan_cli(*counts, "--ranks", "64")
     assert code == 2 and "--cut-ratio" in err
+    code, _, err = plan_cli(*counts, "--cut-ratio", "0.3", "--bits", "32", "adaptive")
+    assert code == 2 and "bits 'adaptive' chooses each layer's width" in err, err
 
 
 def test_plan_is_a_verb(lightning_halo_cli) -> None:

@@ -191,3 +191,76 @@ def test_adaptive_state_round_trips_and_other_modes_keep_nothing() -> None:
         assert torch.equal(a.sent, b.sent) and a.drift == b.drift
     restored.set_drift_bound(None)
     assert all(s.sent is None and s.drift == -1.0 for s in restored.slots)
+
+
+# ---------------------------------------------------------------- adaptive bit widths (bits="adaptive")
+WD = 64  # row width: each bit width has its own row bytes (13, 21, 37, 69)
+
+
+def _width_rows(rank: int, slot: int, epoch: int, jump: bool) -> torch.Tensor:
+    """Slot 0's rows sit in a narrow band around 5 (little relative noise at 1 bit); slot 1's spread around 0
+    (much). With ``jump``, rank 1's slot-0 rows spread too from epoch 3: only that rank's signal changes."""
+    g = torch.Generator().manual_seed(1000 * rank + 10 * slot + epoch)
+    noise = torch.randn(N, WD, generator=g, dtype=torch.float64)
+    if slot == 0 and jump and rank == 1 and epoch >= 3:
+        return 10.0 * noise
+    return 5.0 + 0.01 * noise if slot == 0 else noise
+
+
+def _width_epochs(epochs: int, jump: bool = False, budget: float = 1.93):
+    def rank_fn(rank, wire):
+        table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
+        table.set_widths((1, 2, 4, 8), budget, ("fwd", "bwd"))
+        seen = []
+        for epoch in range(epochs):
+            wire.meter.reset_epoch()
+            table.decide_widths(epoch)
+            for k, name in enumerate(("conv1", "conv2")):
+                send = _width_rows(rank, k, epoch, jump)
+                slot = table.slot(k, name, "in", send)
+                table.forward(slot, send, "sync", "adaptive", _counts(rank), epoch, g)
+                table.backward(slot, name, 1e-6 * send, "sync", "adaptive", _counts(rank), epoch, g)
+            seen.append((table.widths(), dict(wire.meter.epoch)))
+        return seen, table
+
+    return on_wires(2, rank_fn)
+
+
+def test_adaptive_widths_are_agreed_and_follow_the_variance_bound() -> None:
+    (seen0, _), (seen1, _) = _width_epochs(4)
+    assert [w for w, _ in seen0] == [w for w, _ in seen1], "every rank takes the same widths"
+    # epoch 0: nothing measured, all at 1 bit; then the spread slot's rows and gradients take the budget
+    # (1.93x: exactly both at 4 bits), the narrow band's stay at 1 bit
+    assert seen0[0][0] == [{"fwd": 1, "bwd": 1}, {"fwd": 1, "bwd": 1}]
+    assert seen0[1][0] == [{"fwd": 1, "bwd": 1}, {"fwd": 4, "bwd": 4}], seen0[1][0]
+
+
+def test_adaptive_bytes_are_exactly_the_chosen_widths_within_the_budget() -> None:
+    from lightning_halo.quant import row_nbytes
+
+    for rank, (seen, _) in enumerate(_width_epochs(4)):
+        for epoch, (widths, counts) in enumerate(seen):
+            for k, name in enumerate(("conv1", "conv2")):
+                for d in ("fwd", "bwd"):
+                    assert counts[(name, d)] == N * row_nbytes(WD, widths[k][d]), (rank, epoch, name, d)
+            train = sum(v for (_, d), v in counts.items() if d in ("fwd", "bwd"))
+            assert train <= 1.93 * 4 * N * row_nbytes(WD, 1)
+            # one all-reduce of [slots, directions, 3] float64 per decided epoch, counted as aux traffic
+            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else 2 * 2 * 3 * 8)
+
+
+def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
+    (still, _), _ = _width_epochs(6)
+    (moved0, _), (moved1, _) = _width_epochs(6, jump=True)
+    assert [w for w, _ in moved0] == [w for w, _ in moved1]
+    assert [w for w, _ in moved0[:4]] == [w for w, _ in still[:4]], "the same until the change is measured"
+    assert moved0[4][0][0]["fwd"] > still[4][0][0]["fwd"], "rank 1's spread rows of epoch 3 widen slot 0 on both ranks"
+
+
+def test_adaptive_width_state_round_trips() -> None:
+    (_, table0), _ = _width_epochs(3)
+    table0.slots[0].signal = {"fwd": [1.0, 2.0, 3.0]}
+    restored = SlotTable(wire=None)  # type: ignore[arg-type]
+    restored.set_widths((1, 2, 4, 8), 1.93, ("fwd", "bwd"))
+    restored.load_state_dict(table0.state_dict(), torch.device("cpu"))
+    assert restored.widths() == table0.widths() and restored.slots[0].signal == {"fwd": [1.0, 2.0, 3.0]}

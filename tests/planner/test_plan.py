@@ -77,6 +77,7 @@ def test_bad_input_names_the_fix(cora_dir: Path, rates) -> None:
         plan(rates=rates)
     for bad, match in (({"bits": [3]}, "bits=3 is not supported"), ({"modes": ["lazy"]}, "unknown mode"),
                        ({"modes": ["adaptive"]}, "plan modes .sync. and .pipelined."),
+                       ({"bits": ["adaptive"]}, "plan its bounds, the narrowest of its bit_choices"),
                        ({"model": "gat"}, "no formulas"), ({"bandwidth": "fast"}, "10gbit"),
                        ({"halo_reduction": "half"}, "halo_reduction"), ({"layers": 0}, "layers and hidden")):  # fmt: skip
         with pytest.raises(ValueError, match=match):

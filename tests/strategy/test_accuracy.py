@@ -3,7 +3,7 @@
 One launch per model trains every run the tests compare (exact, 1-bit sync, 1-bit pipelined
 with sync_every=5, three seeds each: :mod:`tests.support.accuracy`); the tests assert on its
 records. They train for ``EPOCHS``: ``benchmarks/results/accuracy_epochs.json``
-(``python -m benchmarks.accuracy_epochs``) stores the same runs at 25 to 100 epochs, and every
+(``python -m benchmarks.accuracy_epochs``) stores the same runs at 15 to 100 epochs, and every
 assertion is decided at ``EPOCHS`` as it is at 100 (checked below from the stored accuracies).
 """
 
@@ -17,7 +17,7 @@ import pytest
 from tests.support.accuracy import MODELS, RUNS, SEEDS, checks, means
 from tests.support.launch import check, run_workers
 
-EPOCHS = 25
+EPOCHS = 15
 STORED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "accuracy_epochs.json"
 
 

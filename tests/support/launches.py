@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LIST = ROOT / "tests" / "launches.json"
 ENV = "LIGHTNING_HALO_RECORD_LAUNCHES"
 _TMP = re.compile(r"(/tmp|/var/tmp|" + re.escape(tempfile.gettempdir()) + r")/\S*")
-#: The one setting the speed-up changed on purpose: the accuracy runs train 25 epochs instead of
+#: The one setting the speed-up changed on purpose: the accuracy runs train 15 epochs instead of
 #: 100 (benchmarks/results/accuracy_epochs.json decides every assertion the same); the runs, seeds
 #: and models are still compared.
 _IGNORED_VALUES = {"tests/workers/accuracy_worker.py": {"--epochs"}}

@@ -94,6 +94,7 @@ class EpochBytes(L.Callback):
             if trainer.strategy.exchanger.mode == "adaptive" else trainer.strategy.exchanger.mode
         )
         self.rec.setdefault("drifts", []).append([v for _, v in trainer.strategy.halo_decisions().values()])
+        self.rec.setdefault("widths", []).append(trainer.strategy.halo_widths())
 
     def on_train_end(self, trainer, pl_module):
         # The plans belong to the bound partition, which the strategy releases at teardown (after this hook).
@@ -147,7 +148,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--bits", type=lambda v: v if v == "adaptive" else int(v), default=32, help="N or adaptive")
+    parser.add_argument("--bit-budget", type=float, default=None, help="HaloQuantStrategy(bit_budget=...) (bits=adaptive)")
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | adaptive:THRESHOLD | sync")
     parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
@@ -176,6 +178,7 @@ def main() -> None:
         dm = HaloDataModule(data, partitioner=args.partitioner, cache_dir=shared_cache(Path(args.out) / "cache"))
         strategy = HaloQuantStrategy(
             bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation, halo_reduction=args.halo_reduction,
+            **({} if args.bit_budget is None else {"bit_budget": args.bit_budget}),
             ddp_comm_hook=_comm_hook(args.comm_hook, module.rec),
             # PyG's RGATConv leaves parameters unused; a cached SGConv stops its input's gradient after step 1
             find_unused_parameters="RGATConv" in config or "cached" in config,

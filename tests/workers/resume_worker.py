@@ -27,13 +27,17 @@ HALF, TOTAL = 3, 6
 
 
 class Decisions(L.Callback):
-    """An adaptive run's per-layer choices, epoch by epoch (``{}`` for the other modes)."""
+    """An adaptive run's per-layer choices, epoch by epoch (``{}`` for the other modes), and with
+    ``bits="adaptive"`` the widths of every epoch."""
 
     def __init__(self) -> None:
         self.epochs: dict[int, list[str]] = {}
         self.drifts: dict[int, list[float]] = {}
+        self.widths: dict[int, dict] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.strategy.exchanger.adaptive_bits:
+            self.widths[trainer.current_epoch] = trainer.strategy.halo_widths()
         if trainer.strategy.exchanger.mode == "adaptive":
             self.epochs[trainer.current_epoch] = [d for d, _ in trainer.strategy.halo_decisions().values()]
             self.drifts[trainer.current_epoch] = [v for _, v in trainer.strategy.halo_decisions().values()]
@@ -44,7 +48,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--phase", choices=["full", "first", "second"], required=True)
     parser.add_argument("--modes", nargs="+", required=True)
-    parser.add_argument("--bits", type=int, default=1)
+    parser.add_argument("--bits", type=lambda v: v if v == "adaptive" else int(v), default=1, help="N or adaptive")
     parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
     args = parser.parse_args()
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -75,6 +79,7 @@ def main() -> None:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, target / f"rank{rank}.pt")
         torch.save(decisions.epochs, target / f"decisions{rank}.pt")
         torch.save(decisions.drifts, target / f"drifts{rank}.pt")
+        torch.save(decisions.widths, target / f"widths{rank}.pt")
 
 
 if __name__ == "__main__":

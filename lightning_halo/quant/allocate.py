@@ -1,0 +1,212 @@
+r"""Bit widths where they matter: the codec's variance bound per group of rows, and a greedy choice of widths.
+
+A *group* is what one exchange sends in one direction: a layer's halo rows (forward) or their
+gradients (backward). The codec rounds each element of a row stochastically on a grid of step
+:math:`s = (\max - \min) / (2^b - 1)` (:mod:`lightning_halo.quant.format`): unbiased, with variance
+:math:`s^2 f (1 - f) \le s^2 / 4`. Summed over a group's rows :math:`r` of width :math:`d`:
+
+.. math::
+    V(b) = \frac{R}{(2^b - 1)^2}, \qquad R = \sum_r \frac{d\,(\max_r - \min_r)^2}{4}
+
+(AdaQP's :math:`D/6` is the same bound for a uniformly spread fraction :math:`f`: the constant
+changes no choice). bfloat16 rows (``b = 16``) round each element within :math:`2^{-7}` of its
+magnitude, :math:`V \le 2^{-16} E`; raw rows (``b = 32``) have none. The group's *relative*
+variance :math:`V(b)/E`, with :math:`E = \sum_r \lVert x_r \rVert^2`, compares groups of any scale:
+forward rows and their gradients differ by orders of magnitude, and so would their raw variances.
+
+:func:`choose_widths` starts every group at the narrowest width and then takes, one at a time,
+the upgrade (a wider width for one group) that removes the most relative variance per added
+byte (an upgrade that adds none, where codes fill a byte's padding, first), while the bytes
+stay within ``budget`` times the bytes at the narrowest width. The bytes of a group at width :math:`b` are exactly what the wire moves, ``n * row_nbytes(d, b)``. The same
+inputs give the same widths, so ranks that agree on the inputs (one all-reduce) agree on the
+widths. Wire time is proportional to bytes on one wire, so bytes rank the upgrades as time would.
+
+Example:
+    >>> noisy, quiet = GroupSignal(r=400.0, e=100.0, n=10, d=16), GroupSignal(r=1.0, e=100.0, n=10, d=16)
+    >>> choose_widths([noisy, quiet], (1, 2, 4, 8), budget=1.5)  # 1.5x the bytes of both at 1 bit
+    [4, 1]
+    >>> choose_widths([noisy, quiet], (1, 2, 4, 8), budget=2.0)
+    [4, 4]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .format import SUPPORTED_BITS, check_bits, row_nbytes
+
+#: The widths :func:`choose_widths` picks from by default: the packed ones (stochastic rounding).
+BIT_CHOICES = (1, 2, 4, 8)
+#: Bytes an adaptive run may move, as a multiple of the bytes at its narrowest width. Its default: at most 2x 1-bit.
+BIT_BUDGET = 2.0
+#: The value of ``bits``/``grad_bits`` that asks for adaptive widths.
+ADAPTIVE = "adaptive"
+
+
+@dataclass(frozen=True)
+class GroupSignal:
+    """What decides one group's width: variance numerator ``r``, energy ``e`` (sums over its rows), rows ``n``
+    (summed over the ranks), row width ``d`` and the rows' element size (for ``bits=32``)."""
+
+    r: float
+    e: float
+    n: int
+    d: int
+    itemsize: int = 4
+
+
+def check_bit_choices(choices: Sequence[int]) -> tuple[int, ...]:
+    """``choices`` as a sorted tuple, if it is a non-empty set of :data:`~lightning_halo.quant.SUPPORTED_BITS`.
+
+    Example:
+        >>> check_bit_choices([4, 1])
+        (1, 4)
+        >>> check_bit_choices([3])
+        Traceback (most recent call last):
+        ...
+        ValueError: bit_choices=[3] holds 3, which is not a bit width; choose from (1, 2, 4, 8, 16, 32), e.g. bit_choices=(1, 2, 4, 8).
+    """
+    if isinstance(choices, (str, bytes)) or not hasattr(choices, "__iter__"):
+        raise ValueError(f"bit_choices must be a list of bit widths, e.g. (1, 2, 4, 8), got {choices!r}")
+    items = list(choices)
+    for b in items:
+        if isinstance(b, bool) or not isinstance(b, int) or b not in SUPPORTED_BITS:
+            raise ValueError(
+                f"bit_choices={items!r} holds {b!r}, which is not a bit width; choose from {SUPPORTED_BITS}, "
+                f"e.g. bit_choices={BIT_CHOICES}."
+            )
+    if not items:
+        raise ValueError(f"bit_choices is empty; give at least one bit width, e.g. bit_choices={BIT_CHOICES}.")
+    if len(set(items)) != len(items):
+        raise ValueError(f"bit_choices={items!r} repeats a width; give each once.")
+    return tuple(sorted(items))
+
+
+def check_bit_budget(budget: float) -> float:
+    """A byte budget: a finite number ``>= 1`` (a multiple of the bytes at the narrowest width).
+
+    Example:
+        >>> check_bit_budget(0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: bit_budget=0.5 is below 1: it is the bytes an adaptive run may move as a multiple of the bytes at its narrowest width (1 keeps every exchange there), e.g. bit_budget=2.0.
+    """
+    number = isinstance(budget, (int, float)) and not isinstance(budget, bool)
+    if not number or budget != budget or budget == float("inf"):
+        raise ValueError(f"bit_budget must be a finite number >= 1, got {budget!r}")
+    if budget < 1:
+        raise ValueError(
+            f"bit_budget={budget!r} is below 1: it is the bytes an adaptive run may move as a multiple of the bytes at "
+            f"its narrowest width (1 keeps every exchange there), e.g. bit_budget={BIT_BUDGET}."
+        )
+    return float(budget)
+
+
+def check_width(bits: object, name: str = "bits") -> int | str:
+    """``bits`` if it is a bit width or ``"adaptive"``, else a ``ValueError`` naming ``name`` and the choices.
+
+    Example:
+        >>> check_width("adaptive"), check_width(4)
+        ('adaptive', 4)
+    """
+    if is_adaptive(bits):
+        return ADAPTIVE
+    try:
+        return check_bits(bits, name)  # type: ignore[arg-type]
+    except ValueError:
+        raise ValueError(
+            f"{name}={bits!r} is not supported; choose one of {SUPPORTED_BITS} (32 = exact float rows) or "
+            f"{ADAPTIVE!r} (a width per layer call and direction, agreed by the ranks every epoch)."
+        ) from None
+
+
+def is_adaptive(bits: object) -> bool:
+    """Whether a ``bits``/``grad_bits`` value asks for adaptive widths."""
+    return isinstance(bits, str) and bits == ADAPTIVE
+
+
+def signal_of(rows: Tensor) -> tuple[float, float]:
+    r"""The variance numerator :math:`R` and energy :math:`E` of ``rows`` ``[n, d]`` (module docstring), in float64.
+
+    Example:
+        >>> signal_of(torch.tensor([[0.0, 2.0], [1.0, 1.0]]))
+        (2.0, 6.0)
+    """
+    if rows.numel() == 0:
+        return 0.0, 0.0
+    x = rows.detach().reshape(rows.size(0), -1)
+    lo, hi = torch.aminmax(x, dim=1)
+    span = (hi - lo).double()
+    r = float(span.square().sum()) * x.size(1) / 4.0
+    return r, float(x.double().square().sum())
+
+
+def relative_variance(g: GroupSignal, bits: int) -> float:
+    """The bound :math:`V(b)/E` of a group at ``bits`` (0 for a group with no energy, or at 32 bits)."""
+    if g.e <= 0 or g.n == 0 or bits == 32:
+        return 0.0
+    if bits == 16:
+        return 2.0**-16
+    return g.r / ((2**bits - 1) ** 2 * g.e)
+
+
+def group_bytes(g: GroupSignal, bits: int) -> int:
+    """Bytes the group moves at ``bits``: ``n * row_nbytes(d, bits)``."""
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}.get(g.itemsize, torch.float32)
+    return g.n * row_nbytes(g.d, bits, dtype)
+
+
+def choose_widths(groups: Sequence[GroupSignal], choices: Sequence[int], budget: float) -> list[int]:
+    """Each group's width (module docstring): greedy, the most relative variance removed per added byte first.
+
+    Args:
+        groups: the groups' signals (the same on every rank).
+        choices: the widths to pick from (:func:`check_bit_choices`).
+        budget: the bytes allowed, as a multiple of the bytes at the narrowest width (:func:`check_bit_budget`).
+
+    Returns:
+        One width per group. Ties go to the earlier group, then to the narrower width.
+    """
+    choices = check_bit_choices(choices)
+    budget = check_bit_budget(budget)
+    widths = [choices[0]] * len(groups)
+    spent = sum(group_bytes(g, choices[0]) for g in groups)
+    allowed = budget * spent
+    while True:
+        best: Optional[tuple[float, int, int, int]] = None  # (gain per byte, group, width, added bytes)
+        for i, g in enumerate(groups):
+            now, now_bytes = relative_variance(g, widths[i]), group_bytes(g, widths[i])
+            for b in choices:
+                if b <= widths[i]:
+                    continue
+                gain, extra = now - relative_variance(g, b), group_bytes(g, b) - now_bytes
+                if gain <= 0 or spent + extra > allowed:
+                    continue
+                rate = gain / extra if extra > 0 else float("inf")  # a width that costs no byte more (padding)
+                if best is None or rate > best[0]:
+                    best = (rate, i, b, extra)
+        if best is None:
+            return widths
+        _, i, b, extra = best
+        widths[i] = b
+        spent += extra
+
+
+__all__ = [
+    "ADAPTIVE",
+    "BIT_BUDGET",
+    "BIT_CHOICES",
+    "GroupSignal",
+    "check_bit_budget",
+    "check_bit_choices",
+    "check_width",
+    "choose_widths",
+    "group_bytes",
+    "is_adaptive",
+    "relative_variance",
+    "signal_of",
+]
