@@ -22,6 +22,7 @@ from lightning_halo.layers.call import check_aggregation
 from lightning_halo.loss import check_scale_loss
 from lightning_halo.partition.options import check_balance, check_num_parts, check_partitioner
 from lightning_halo.quant import check_bits
+from lightning_halo.quant.allocate import check_bit_budget, check_bit_choices, check_width
 from lightning_halo.strategy import check_halo_timeout, check_num_threads
 from tests.support.graphs import awkward_graph
 
@@ -62,8 +63,10 @@ def _named(name: str, position: int = 1, default: str = "") -> Callable[[tuple, 
 
 
 OPTIONS = [
-    Option("bits", check_bits, lambda v: HaloQuantStrategy(bits=v), 8, 3, _named("bits", default="bits")),
-    Option("grad_bits", check_bits, lambda v: HaloQuantStrategy(grad_bits=v), 4, 5, _named("grad_bits")),
+    Option("bits", check_width, lambda v: HaloQuantStrategy(bits=v), 8, 3, _named("bits", default="bits")),
+    Option("grad_bits", check_width, lambda v: HaloQuantStrategy(grad_bits=v), "adaptive", 5, _named("grad_bits")),
+    Option("bit_choices", check_bit_choices, lambda v: HaloQuantStrategy(bits="adaptive", bit_choices=v), (1, 4), (3,)),
+    Option("bit_budget", check_bit_budget, lambda v: HaloQuantStrategy(bits="adaptive", bit_budget=v), 1.5, 0.5),
     Option("eval_bits", check_bits, lambda v: HaloQuantStrategy(eval_bits=v), 16, 2.0, _named("eval_bits")),
     Option("aggregation", check_aggregation, lambda v: HaloQuantStrategy(aggregation=v), "sparse", "fused"),
     Option("scale_loss", check_scale_loss, lambda v: HaloQuantStrategy(scale_loss=v), "share", "mean"),
