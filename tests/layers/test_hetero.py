@@ -160,6 +160,20 @@ def test_pipelined_epochs_read_last_epochs_halos() -> None:
     assert torch.isfinite(stale["out"]).all() and stale["ranks"][0]["slots"] == sync["ranks"][0]["slots"]
 
 
+def test_adaptive_bits_agree_per_node_type_slot() -> None:
+    """bits="adaptive" on heterogeneous partitions: each source type's fetch is a slot with its own widths, the
+    same on every rank, and the epochs after the first choose them from what was sent."""
+    data = generated_hetero()
+    model = _model("heteroconv(mixed)", data)
+    got = run_threaded_hetero(model, data, 3, _forward, TARGET, bits="adaptive", steps=3)
+    widths = [rank["widths"] for rank in got["ranks"]]
+    assert widths[0] and all(w == widths[0] for w in widths), widths
+    assert any(b > 1 for w in widths[0] for b in w.values()), f"the budget buys wider widths somewhere: {widths[0]}"
+    assert len(widths[0]) == len(got["ranks"][0]["slots"]) and any("[" in name for name in got["ranks"][0]["slots"])
+    assert torch.isfinite(got["out"]).all()
+    assert sum(v for (layer, kind), v in got["ranks"][0]["meter"].items() if layer == "bits" and kind == "aux") > 0
+
+
 def test_dblp_matches_the_whole_graph() -> None:
     data = dblp()
     if data is None:

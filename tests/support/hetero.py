@@ -82,7 +82,7 @@ def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
             "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}}  # fmt: skip
 
 
-def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int = 32,
+def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int | str = 32,
                         partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync") -> dict:  # fmt: skip
     """The ranks in threads (as tests.support.threaded.run_threaded), on heterogeneous partitions: the target
     type's logits in global order, the summed loss and gradients, each rank's traffic and slots."""
@@ -116,7 +116,8 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
             h.remove()
         return {"out": out.detach(), "loss": float(loss.detach()), "ids": part[target].n_id[: part[target].n_inner],
                 "grad": {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None},
-                "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices)}  # fmt: skip
+                "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices),
+                "widths": ex.widths() if ex.adaptive_bits else []}  # fmt: skip
 
     results = on_threads(world_size, rank_main, 90)
     n = data[target].num_nodes
