@@ -30,7 +30,7 @@ from torch import Tensor
 from lightning_halo.exchange.plan import Direction
 from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.wire import HaloExchangeError, Pending, Wire
-from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, signal_of
+from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, signal_terms
 
 #: A slot's bit width as the exchanger gives it: a number, or ``"adaptive"`` (the slot's agreed width).
 Bits = Union[int, str]
@@ -61,9 +61,10 @@ class Slot:
     decision: Mode = "sync"
     agreed_drift: float = float("inf")
     # adaptive bit widths: this epoch's width per direction (agreed in `decide_widths`; absent: the narrowest), and
-    # what this rank sent since the last decision, per direction: [variance numerator, energy, rows]
+    # what this rank sent since the last decision, per direction: float64 [variance numerator, energy, rows] on the
+    # rows' device (summed there, read once per decision)
     widths: dict[str, int] = field(default_factory=dict)
-    signal: dict[str, list[float]] = field(default_factory=dict)
+    signal: dict[str, Tensor] = field(default_factory=dict)
 
 
 class SlotTable:
@@ -84,6 +85,7 @@ class SlotTable:
         self.bit_budget = 1.0
         self.adaptive_directions: tuple[str, ...] = ()
         self._widths_epoch = -1
+        self._signal_device = torch.device("cpu")  # where the rows were measured (the all-reduce's device)
 
     def set_widths(self, choices: tuple[int, ...], budget: float, directions: tuple[str, ...]) -> None:
         """Adaptive bit widths for ``directions`` (of :data:`DIRECTIONS`): chosen from ``choices`` under ``budget``
@@ -101,11 +103,9 @@ class SlotTable:
         return slot.widths.get(direction, self.bit_choices[0])
 
     def _measure_width(self, slot: Slot, rows: Tensor, direction: str) -> None:
-        r, e = signal_of(rows)
-        acc = slot.signal.setdefault(direction, [0.0, 0.0, 0.0])
-        acc[0] += r
-        acc[1] += e
-        acc[2] += float(rows.size(0))
+        terms = signal_terms(rows)
+        slot.signal[direction] = terms if direction not in slot.signal else slot.signal[direction] + terms
+        self._signal_device = terms.device
 
     def decide_widths(self, epoch: int) -> None:
         """Agree, once per epoch, every slot's width per adaptive direction (one all-reduce, ``aux`` traffic).
@@ -119,10 +119,9 @@ class SlotTable:
             return
         self._widths_epoch = epoch
         dirs = self.adaptive_directions
-        device = next((s.sent.device for s in self.slots if s.sent is not None), torch.device("cpu"))
-        local = torch.tensor(
-            [[s.signal.get(d, [0.0, 0.0, 0.0]) for d in dirs] for s in self.slots], dtype=torch.float64, device=device
-        )
+        device = self._signal_device  # NCCL reduces device tensors only
+        zero = torch.zeros(3, dtype=torch.float64, device=device)
+        local = torch.stack([torch.stack([s.signal.get(d, zero).to(device) for d in dirs]) for s in self.slots])
         agreed = self.wire.all_sum(local, "bits").cpu()
         groups, where = [], []
         for i, s in enumerate(self.slots):
@@ -349,7 +348,7 @@ class SlotTable:
                 "sent": None if s.sent is None else s.sent.detach().cpu(),
                 "drift": s.drift,
                 "widths": dict(s.widths),
-                "signal": {d: list(v) for d, v in s.signal.items()},
+                "signal": {d: v.detach().cpu() for d, v in s.signal.items()},
             }
             for s in self.slots
         ]
@@ -368,7 +367,7 @@ class SlotTable:
                 sent=None if s.get("sent") is None else s["sent"].to(device),
                 drift=float(s.get("drift", -1.0)),
                 widths={d: int(b) for d, b in s.get("widths", {}).items()},
-                signal={d: [float(x) for x in v] for d, v in s.get("signal", {}).items()},
+                signal={d: torch.as_tensor(v, dtype=torch.float64).to(device) for d, v in s.get("signal", {}).items()},
             )
             for s in state
         ]

@@ -129,6 +129,18 @@ def is_adaptive(bits: object) -> bool:
     return isinstance(bits, str) and bits == ADAPTIVE
 
 
+def signal_terms(rows: Tensor) -> Tensor:
+    r"""``[R, E, n]`` of ``rows`` ``[n, d]`` as a float64 tensor on their device: the variance numerator, the energy
+    (module docstring) and the row count. No host synchronisation: an exchange adds it up, a decision reads it once."""
+    x = rows.detach().flatten(1)
+    if x.numel() == 0:
+        return torch.tensor([0.0, 0.0, float(x.size(0))], dtype=torch.float64, device=x.device)
+    lo, hi = torch.aminmax(x, dim=1)
+    r = (hi - lo).double().square().sum() * (x.size(1) / 4.0)
+    n = torch.tensor(float(x.size(0)), dtype=torch.float64, device=x.device)
+    return torch.stack([r, x.double().square().sum(), n])
+
+
 def signal_of(rows: Tensor) -> tuple[float, float]:
     r"""The variance numerator :math:`R` and energy :math:`E` of ``rows`` ``[n, d]`` (module docstring), in float64.
 
@@ -136,13 +148,8 @@ def signal_of(rows: Tensor) -> tuple[float, float]:
         >>> signal_of(torch.tensor([[0.0, 2.0], [1.0, 1.0]]))
         (2.0, 6.0)
     """
-    if rows.numel() == 0:
-        return 0.0, 0.0
-    x = rows.detach().reshape(rows.size(0), -1)
-    lo, hi = torch.aminmax(x, dim=1)
-    span = (hi - lo).double()
-    r = float(span.square().sum()) * x.size(1) / 4.0
-    return r, float(x.double().square().sum())
+    r, e, _ = signal_terms(rows).tolist()
+    return r, e
 
 
 def relative_variance(g: GroupSignal, bits: int) -> float:
@@ -156,8 +163,7 @@ def relative_variance(g: GroupSignal, bits: int) -> float:
 
 def group_bytes(g: GroupSignal, bits: int) -> int:
     """Bytes the group moves at ``bits``: ``n * row_nbytes(d, bits)``."""
-    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}.get(g.itemsize, torch.float32)
-    return g.n * row_nbytes(g.d, bits, dtype)
+    return g.n * (g.d * g.itemsize if bits == 32 else row_nbytes(g.d, bits))
 
 
 def choose_widths(groups: Sequence[GroupSignal], choices: Sequence[int], budget: float) -> list[int]:
@@ -209,4 +215,5 @@ __all__ = [
     "is_adaptive",
     "relative_variance",
     "signal_of",
+    "signal_terms",
 ]

@@ -259,8 +259,8 @@ def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
 
 def test_adaptive_width_state_round_trips() -> None:
     (_, table0), _ = _width_epochs(3)
-    table0.slots[0].signal = {"fwd": [1.0, 2.0, 3.0]}
+    table0.slots[0].signal = {"fwd": torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)}
     restored = SlotTable(wire=None)  # type: ignore[arg-type]
     restored.set_widths((1, 2, 4, 8), 1.93, ("fwd", "bwd"))
     restored.load_state_dict(table0.state_dict(), torch.device("cpu"))
-    assert restored.widths() == table0.widths() and restored.slots[0].signal == {"fwd": [1.0, 2.0, 3.0]}
+    assert restored.widths() == table0.widths() and restored.slots[0].signal["fwd"].tolist() == [1.0, 2.0, 3.0]
