@@ -50,11 +50,20 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "lightning-halo/gpu-check/1"
 
-#: The world-size-1 tests of the strategy (the codec's device tests are selected by marker).
+#: The world-size-1 tests of the strategy (the codec's device tests are selected by marker);
+#: tests/test_gpu_check.py checks that every id still names a test.
 STRATEGY_TESTS = [
-    "tests/strategy/test_parity.py::test_parity_with_single_process_pyg[1]",
+    "tests/strategy/test_parity.py::test_parity_with_single_process_pyg[1-metis-cover]",
     "tests/strategy/test_parity.py::test_parity_with_sparse_adjacency[1]",
     "tests/callbacks/test_resume.py::test_resume_is_bitwise_exact[gcn]",
+    "tests/callbacks/test_resume.py::test_resume_is_bitwise_exact[gcn-adaptive-bits]",
+]
+#: Every supported layer and BatchNorm at 1-4 ranks, ranks as threads on the one GPU (their
+#: exchanges carry CUDA tensors through the in-process transport; tests/support/threaded.py).
+LAYER_TESTS = [
+    "tests/layers/test_parity.py::test_every_supported_layer_matches_the_whole_graph",
+    "tests/layers/test_batchnorm.py",
+    "tests/layers/test_reduction.py",
 ]
 
 SIZES = {
@@ -182,9 +191,10 @@ def section_tests(rep: Report, cuda: bool, workdir: Path) -> dict[str, Any]:
     device = "cuda" if cuda else "cpu"
     runs = [run_pytest("codec", ["tests/quant", "-m", "device"], device, min(240.0, max(30.0, rep.left() - 240)), workdir)]
     if cuda:
+        runs.append(run_pytest("layers", LAYER_TESTS, device, min(150.0, max(60.0, rep.left() - 300)), workdir))
         runs.append(run_pytest("strategy", STRATEGY_TESTS, device, min(420.0, max(60.0, rep.left() - 200)), workdir))
     else:
-        rep.skip("tests/strategy (parity and resume at world size 1 on CUDA)",
+        rep.skip("tests/layers and tests/strategy (layers as threaded ranks; parity and resume at world size 1 on CUDA)",
                  "needs CUDA; on CPU the suite runs these tests at world sizes 1-4")  # fmt: skip
     ok = all(r["returncode"] == 0 and r["passed"] > 0 for r in runs)
     return {"status": "ok" if ok else "failed", "runs": runs}

@@ -55,7 +55,20 @@ def test_dry_run_tests_section_says_what_it_skipped(tmp_path, monkeypatch) -> No
     result = gpu_check.section_tests(rep, cuda=False, workdir=tmp_path)
     assert calls == [("codec", ["tests/quant", "-m", "device"], "cpu")] and result["status"] == "ok"
     why = {s["what"]: s["why"] for s in rep.data["skipped"]}
-    assert any("strategy" in w and "CUDA" in y for w, y in why.items()), why
+    assert any("strategy" in w and "layers" in w and "CUDA" in y for w, y in why.items()), why
+
+
+def test_the_listed_tests_exist() -> None:
+    """Every test id the CUDA run names still collects (a renamed parameter would fail the GPU check, not CI)."""
+    from benchmarks.gpu_check import LAYER_TESTS, STRATEGY_TESTS
+
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n0",
+                          *STRATEGY_TESTS, *LAYER_TESTS], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ids = [line for line in res.stdout.splitlines() if "::" in line]
+    for wanted in STRATEGY_TESTS:
+        assert wanted in ids, (wanted, ids[:5])
+    assert sum("test_every_supported_layer_matches_the_whole_graph[" in i for i in ids) >= 4 * 30, len(ids)
 
 
 def test_run_pytest_reports_every_case(tmp_path) -> None:

@@ -46,6 +46,8 @@ def test_resume_is_bitwise_exact(model: str, bits: str, modes: list[str], tmp_pa
             for name in full:
                 assert torch.equal(full[name], resumed[name]), f"{mode} rank {rank}: {name} differs after resume"
             assert any(not torch.equal(full[n], first[n]) for n in full), "the second half must have trained"
+            if WORLD_SIZE == 1:  # one rank has no halo: nothing to decide, no width to choose (the GPU check's case)
+                continue
             if mode.startswith("adaptive"):  # the resumed run decides as the uninterrupted one: here sync, then stale
                 full_d = torch.load(tmp_path / "full" / model / tag / f"decisions{rank}.pt")
                 resumed_d = torch.load(tmp_path / "second" / model / tag / f"decisions{rank}.pt")

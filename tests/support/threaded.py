@@ -5,6 +5,9 @@ own :class:`HaloExchanger` over an in-process transport, its partition. One forw
 backward; the loss is each rank's share of the global mean over train nodes, so the ranks'
 parameter gradients *sum* to the whole graph's (what DDP's average computes with the
 strategy's loss scaling). The reference is plain PyG on the whole graph.
+
+Models and graphs run on ``LIGHTNING_HALO_DEVICE`` (``tests.support.device``): on CUDA in
+``tools/gpu_check.sh``, where the threads' exchanges carry CUDA tensors; results come back on the CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from lightning_halo.exchange.wire import Wire
 from lightning_halo.layers.hooks import LayerContext, install_batch_norms, install_hooks
 from lightning_halo.partition import build_halo_partitions, partition_graph
 from lightning_halo.testing import ThreadGroup
+from tests.support.device import DEVICE
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
 
@@ -59,6 +63,17 @@ def on_wires(world_size: int, fn: Callable[[int, Wire], Any], timeout: float = 1
     return on_threads(world_size, lambda r: fn(r, Wire(group.transport(r), TrafficMeter())), timeout + 5)
 
 
+def on_device(obj: Any) -> Any:
+    """``obj`` (a module, graph or partition) on :data:`DEVICE`; a graph is copied first, never moved in place."""
+    if DEVICE == "cpu":
+        return obj
+    return obj.to(DEVICE) if isinstance(obj, nn.Module) else copy.copy(obj).to(DEVICE)
+
+
+def _cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: t.detach().cpu() for k, t in tensors.items()}
+
+
 def plain_forward(model: nn.Module, batch: Any) -> torch.Tensor:
     return model(batch.x, batch.edge_index)
 
@@ -69,14 +84,16 @@ def _loss(out: torch.Tensor, batch: Any, n_train: int) -> torch.Tensor:
 
 
 def reference(model: nn.Module, data: Any, forward: Forward = plain_forward, steps: int = 1) -> dict[str, Any]:
-    model = copy.deepcopy(model)
+    model = on_device(copy.deepcopy(model))
+    data = on_device(data)
     for _ in range(steps):
         model.zero_grad()
         out = forward(model, data)
         loss = _loss(out, data, int(data.train_mask.sum()))
         loss.backward()
-    return {"out": out.detach(), "loss": float(loss.detach()), "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None},
-            "buffers": {k: b.clone() for k, b in model.named_buffers()}}  # fmt: skip
+    return {"out": out.detach().cpu(), "loss": float(loss.detach()),
+            "grad": _cpu({k: p.grad for k, p in model.named_parameters() if p.grad is not None}),
+            "buffers": _cpu({k: b.clone() for k, b in model.named_buffers()})}  # fmt: skip
 
 
 def run_threaded(
@@ -100,11 +117,11 @@ def run_threaded(
     n_train = int(data.train_mask.sum())
 
     def rank_main(r: int) -> dict[str, Any]:
-        net = copy.deepcopy(model)
+        net = on_device(copy.deepcopy(model))
         ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
         ctx = LayerContext(ex, aggregation, halo_reduction)  # type: ignore[arg-type]
         hooks = [*install_hooks(net, ctx), *install_batch_norms(net, ctx)]
-        part = parts[r]
+        part = on_device(parts[r])
         ex.bind(part)
         ctx.bind(part)
         for step in range(steps):
@@ -113,14 +130,14 @@ def run_threaded(
             out = forward(net, part)
             loss = ex.prepare_loss(_loss(out, part, n_train))
             loss.backward()
-        grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
+        grads = _cpu({k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None})
         for h in hooks:
             h.remove()
-        return {"out": out.detach(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id,
+        return {"out": out.detach().cpu(), "loss": float(loss.detach()), "grad": grads, "ids": part.inner_global_id.cpu(),
                 "choices": dict(ctx.choices), "meter": dict(ex.meter.total), "slots": ex.slot_layers(),
                 "staleness": ex.staleness(), "plan": ex.plan(),
                 "cover": ex.cover_plan() if world_size > 1 else None,
-                "buffers": {k: b.clone() for k, b in net.named_buffers()}}  # fmt: skip
+                "buffers": _cpu({k: b.clone() for k, b in net.named_buffers()})}  # fmt: skip
 
     results = on_threads(world_size, rank_main, timeout + 30)
     d = results[0]["out"].size(-1)
