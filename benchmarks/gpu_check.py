@@ -191,8 +191,10 @@ def section_tests(rep: Report, cuda: bool, workdir: Path) -> dict[str, Any]:
     device = "cuda" if cuda else "cpu"
     runs = [run_pytest("codec", ["tests/quant", "-m", "device"], device, min(240.0, max(30.0, rep.left() - 240)), workdir)]
     if cuda:
-        runs.append(run_pytest("layers", LAYER_TESTS, device, min(150.0, max(60.0, rep.left() - 300)), workdir))
-        runs.append(run_pytest("strategy", STRATEGY_TESTS, device, min(420.0, max(60.0, rep.left() - 200)), workdir))
+        runs.append(run_pytest("strategy", STRATEGY_TESTS, device, min(300.0, max(60.0, rep.left() - 300)), workdir))
+        # spread over workers (the suite's loadscope would put one module on one), each test bounded
+        layers = [*LAYER_TESTS, "-n", "8", "--dist", "load", "--timeout", "60"]
+        runs.append(run_pytest("layers", layers, device, min(200.0, max(60.0, rep.left() - 110)), workdir))
     else:
         rep.skip("tests/layers and tests/strategy (layers as threaded ranks; parity and resume at world size 1 on CUDA)",
                  "needs CUDA; on CPU the suite runs these tests at world sizes 1-4")  # fmt: skip

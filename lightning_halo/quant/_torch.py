@@ -116,10 +116,11 @@ def codes_fn(bits: int) -> Callable:
 
 
 def dequant_fn(bits: int) -> Callable:
-    """``fn(data, z, s, d)``: decode the code bytes of records ``data`` of width ``d`` at fixed ``bits``."""
+    """``fn(raw, z, s)``: decode code bytes ``raw`` (uint8 ``[n, cb]``) at a fixed ``bits``: float32
+    ``[n, cb * 8 // bits]``, the padding slots included (only tensors: no row width to specialise on)."""
 
-    def fn(data: Tensor, z: Tensor, s: Tensor, d: int) -> Tensor:
-        return dequant_chunk(unpack_codes(data, d, bits)[:, :d], z, s)
+    def fn(raw: Tensor, z: Tensor, s: Tensor) -> Tensor:
+        return dequant_chunk(unpack_codes(raw, raw.shape[1] * (8 // bits), bits), z, s)
 
     return fn
 
@@ -174,7 +175,7 @@ class TorchKernels:
             fn = self.wrap(("bf16",), bf16_chunk)
             for i0 in range(0, n, step):
                 i1 = min(n, i0 + step)
-                base = torch.tensor((seed + i0 * d) & MASK32, device=x.device)
+                base = torch.tensor([(seed + i0 * d) & MASK32], device=x.device)  # [1], not 0-dim: dynamo would make a 0-dim CPU tensor a specialised scalar
                 out[i0:i1] = fn(x[i0:i1], base)
             return -1
         z, inv, meta, bad = encode_meta(x, bits)
@@ -185,7 +186,7 @@ class TorchKernels:
         fn = self.wrap(("codes", bits), codes_fn(bits))
         for i0 in range(0, n, step):
             i1 = min(n, i0 + step)
-            base = torch.tensor((seed + i0 * d) & MASK32, device=x.device)
+            base = torch.tensor([(seed + i0 * d) & MASK32], device=x.device)  # [1], not 0-dim: dynamo would make a 0-dim CPU tensor a specialised scalar
             out[i0:i1, :cb] = fn(x[i0:i1], z[i0:i1], inv[i0:i1], base)
         return -1
 
@@ -194,10 +195,11 @@ class TorchKernels:
         n, d = out.shape
         z, s = decode_meta(data, d, bits)
         step = self._chunk_rows(data, d)
+        cb = code_nbytes(d, bits)
         fn = self.wrap(("dequant", bits), dequant_fn(bits))
         for i0 in range(0, n, step):
             i1 = min(n, i0 + step)
-            out[i0:i1] = fn(data[i0:i1], z[i0:i1], s[i0:i1], d)
+            out[i0:i1] = fn(data[i0:i1, :cb].contiguous(), z[i0:i1], s[i0:i1])[:, :d]
 
 
 _REFERENCE = TorchKernels()

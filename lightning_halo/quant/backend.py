@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
@@ -287,11 +288,40 @@ def compile_enabled() -> bool:
     return hasattr(torch, "compile") and os.environ.get("LIGHTNING_HALO_COMPILE", "1") != "0"
 
 
+def _own_code(fn: Callable, key: tuple) -> Callable:
+    """``fn`` with a code object of its own, named after ``key``.
+
+    Dynamo keeps its compiled entries on the code object: the closures of one code object (one
+    per bit width) would share them, and a closed-over constant that changes between calls is made
+    a symbol (automatic dynamic). With its own code object each bit width is compiled as a constant.
+    """
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{'_'.join(map(str, key))}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def compile_chunk(key: tuple, fn: Callable, backend: Any = "inductor") -> Callable:
+    """``torch.compile`` chunk function ``fn`` (named by ``key``): its closed-over ``bits`` a constant,
+    the sizes of its tensor arguments symbols, so one graph serves every shape.
+
+    Only the tensors' sizes are marked dynamic: with ``dynamic=True`` the closed-over ``bits`` became
+    a symbol too, and torch 2.11 failed to trace ``1 << bits`` on it (found on the GPU check).
+    """
+    compiled = torch.compile(_own_code(fn, key), dynamic=False, backend=backend)
+
+    def run(*args: Tensor) -> Tensor:
+        for a in args:
+            for dim in range(a.dim()):
+                torch._dynamo.maybe_mark_dynamic(a, dim)
+        return compiled(*args)
+
+    return run
+
+
 def _compile_wrap(key: tuple, fn: Callable) -> Callable:
     """``torch.compile`` a chunk function once per key; eager fallback on failure.
 
-    Keys name a kernel and its bit width; shapes (rows, row width) are dynamic, so after a
-    first compilation specialised to the first shape seen, one more serves every shape.
+    Keys name a kernel and its bit width (a constant of the compiled code); the tensors' sizes
+    (rows, row width) are dynamic: one compilation serves every shape.
     """
     if not compile_enabled():
         return fn
@@ -299,7 +329,7 @@ def _compile_wrap(key: tuple, fn: Callable) -> Callable:
     if got is not None:
         return got
     try:
-        compiled = torch.compile(fn, dynamic=True)
+        compiled = compile_chunk(key, fn)
     except Exception:  # pragma: no cover - depends on the install
         _compiled[key] = fn
         return fn

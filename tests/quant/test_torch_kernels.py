@@ -25,24 +25,46 @@ def test_torch_path_traceable_by_dynamo():
     q = quantize(x, 4, gen(0))
     z, s = codec_format.decode_meta(q.data, 37, 4)
     fdq = torch.compile(kernels.dequant_fn(4), backend="aot_eager", dynamic=True, fullgraph=True)
-    assert torch.equal(fdq(q.data, z, s, 37), dequantize(q))
+    raw = q.data[:, : codec_format.code_nbytes(37, 4)].contiguous()
+    assert torch.equal(fdq(raw, z, s)[:, :37], dequantize(q))
 
 
-def test_one_compilation_serves_every_row_width():
-    # The decoder takes the row width as an argument: after the first (specialised) graph,
-    # one dynamic graph covers all widths, instead of one compilation per layer width.
-    graphs = []
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_one_compilation_serves_every_row_width(bits):
+    """What CUDA runs (backend.compile_chunk): the bit width a constant of its own code object, the
+    tensors' sizes symbols. One graph per kernel covers every row width and row count (the encoder
+    one more for widths that leave padding slots), instead of one compilation per layer width; and
+    no graph holds ``bits`` as a symbol (torch 2.11 failed to trace ``1 << bits`` on one)."""
+    from lightning_halo.quant.backend import compile_chunk
 
-    def count(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs: dict[str, list] = {"codes": [], "dequant": []}
 
-    fdq = torch.compile(kernels.dequant_fn(2), backend=count, dynamic=True)
-    for d in (37, 64, 256, 7):
-        q = quantize(structured(20, d), 2, gen(d))
-        z, s = codec_format.decode_meta(q.data, d, 2)
-        assert torch.equal(fdq(q.data, z, s, d), kernels.dequant_fn(2)(q.data, z, s, d))
-    assert len(graphs) == 2
+    def counter(name):
+        def count(gm, example_inputs):
+            graphs[name].append([n.target for n in gm.graph.nodes if n.op == "placeholder"])
+            return gm.forward
+
+        return count
+
+    enc = compile_chunk(("codes", bits, "test"), kernels.codes_fn(bits), backend=counter("codes"))
+    dec = compile_chunk(("dequant", bits, "test"), kernels.dequant_fn(bits), backend=counter("dequant"))
+    per = 8 // bits
+    for n, d in ((20, 8 * 5), (33, 64), (7, 256), (50, 8 * 3)):
+        x = structured(n, d)
+        z, inv, _, _ = codec_format.encode_meta(x, bits)
+        base = torch.tensor([123 + d])
+        assert torch.equal(enc(x, z, inv, base), kernels.codes_fn(bits)(x, z, inv, base))
+        q = quantize(x, bits, gen(d))
+        zq, sq = codec_format.decode_meta(q.data, d, bits)
+        raw = q.data[:, : codec_format.code_nbytes(d, bits)].contiguous()
+        assert torch.equal(dec(raw, zq, sq), kernels.dequant_fn(bits)(raw, zq, sq))
+    assert len(graphs["codes"]) == 1 and len(graphs["dequant"]) == 1, graphs
+    x = structured(9, 8 * 3 + 1 if per > 1 else 25)  # padding slots at bits < 8: the encoder's second graph
+    z, inv, _, _ = codec_format.encode_meta(x, bits)
+    assert torch.equal(enc(x, z, inv, torch.tensor([5])), kernels.codes_fn(bits)(x, z, inv, torch.tensor([5])))
+    assert len(graphs["codes"]) == (2 if per > 1 else 1), graphs
+    for inputs in graphs["codes"] + graphs["dequant"]:
+        assert not any("bits" in name for name in inputs), f"bits is a graph input (a symbol): {inputs}"
 
 
 @on_device

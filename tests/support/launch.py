@@ -14,10 +14,13 @@ from collections.abc import Mapping, Sequence
 from benchmarks import launch
 from benchmarks.launch import REPO, check, free_port, run_forked
 from benchmarks.launch import run_workers as _run_workers
+from tests.support.device import ON_CUDA
 from tests.support.launches import record
 
 #: The ranks' imports, the tests' trainer helpers, and the command's (``tools/gen_docs.py``'s commands fork from it).
-PRELOAD = (*launch.PRELOAD, "tests.support.trainer", "lightning_halo.cli", "lightning_halo.planner")
+#: None on CUDA: the server's imports touch CUDA (``tests.support.device`` asks for it), and a process forked
+#: after that cannot initialise CUDA ("CUDA error: initialization error", found on the GPU check): fresh ones.
+PRELOAD = () if ON_CUDA else (*launch.PRELOAD, "tests.support.trainer", "lightning_halo.cli", "lightning_halo.planner")
 
 
 def run_workers(args: Sequence[str], world_size: int, **kwargs) -> list[subprocess.CompletedProcess]:
