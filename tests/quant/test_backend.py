@@ -140,12 +140,15 @@ def test_compile_wrapper_compiles_once_logs_once_and_falls_back(monkeypatch, cap
     # INFO line, eager fallback when the compiled function fails) runs without a GPU.
     compiled_calls = []
 
-    def fake_compile(fn, dynamic):
-        assert dynamic
+    def fake_compile(fn, dynamic, backend):
+        # compile_chunk: sizes marked dynamic per call, the closed-over constants not; a code object per key
+        assert dynamic is False and backend == "inductor"
+        assert fn.__code__ is not double.__code__ and fn.__code__ is not broken.__code__
 
         def run(*args):
-            compiled_calls.append(fn.__name__)
-            if fn.__name__ == "broken":
+            name = fn.__name__.split("_")[0]  # "<name>_<key...>"
+            compiled_calls.append(name)
+            if name == "broken":
                 raise RuntimeError("inductor says no")
             return fn(*args)
 

@@ -111,6 +111,11 @@ def run_threaded(
     timeout: float = 60.0,
 ) -> dict[str, Any]:
     """Logits of every node (assembled), loss, summed gradients, and each rank's layer choices."""
+    if DEVICE != "cpu" and world_size > 1:
+        # Autograd runs the backward of every thread's CUDA graph on one worker thread per device: a rank's
+        # backward waiting for its peers' halo gradients blocks the others' (found on the GPU check: a hang).
+        raise RuntimeError(f"threaded ranks on {DEVICE} run at world size 1 only (got {world_size}): autograd "
+                           "serialises their backward on one device thread, where exchanges would deadlock")  # fmt: skip
     if parts is None:
         parts = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, world_size), world_size)
     group = ThreadGroup(world_size, timeout=timeout)
