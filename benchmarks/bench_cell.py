@@ -153,6 +153,8 @@ class Probe(L.Callback):
                 # adaptive: how many layers ran stale this epoch, of how many
                 **({"stale_layers": [d for d, _ in ex.decisions()].count("pipelined"), "layers": len(ex.decisions())}
                    if ex is not None and ex.mode == "adaptive" else {}),
+                # bits="adaptive": this epoch's agreed width per exchange and direction
+                **({"widths": dict(zip(ex.slot_layers(), ex.widths()))} if ex is not None and ex.adaptive_bits else {}),
                 # phases of the step: forward (to the loss), backward (with DDP's all-reduce), the rest
                 # (optimizer); each with the halo wait inside it
                 **self._phases(step),
@@ -219,7 +221,7 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
         strategy: Any = "auto"
     else:
         strategy = HaloQuantStrategy(
-            bits=args.bits, seed=args.seed, halo_timeout=args.timeout, aggregation=args.aggregation,
+            bits=args.bits, seed=args.seed, **({"bit_budget": args.bit_budget} if args.bit_budget is not None else {}), halo_timeout=args.timeout, aggregation=args.aggregation,
             halo_reduction=args.halo_reduction, num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
         )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
@@ -353,11 +355,16 @@ def run_neighbor(args: argparse.Namespace, world_size: int, rank: int) -> tuple[
     return probe, trainer
 
 
+def _bits(text: str) -> int | str:
+    return text if text == "adaptive" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", required=True)
     parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
-    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--bits", type=_bits, default=32, help="1, 2, 4, 8, 16, 32 or adaptive")
+    parser.add_argument("--bit-budget", type=float, default=None, help="HaloQuantStrategy(bit_budget=...) with --bits adaptive")
     parser.add_argument("--mode", choices=sorted(MODES), default="sync")
     parser.add_argument("--baseline", choices=["none", "single", "neighbor"], default="none")
     parser.add_argument("--epochs", type=int, default=50)

@@ -54,6 +54,13 @@ def compiled_original(module: torch.nn.Module) -> "torch.nn.Module | None":
     return module._orig_mod if isinstance(module, OptimizedModule) else None
 
 
+def mark_sizes_dynamic(t: Tensor) -> None:
+    """Ask ``torch.compile`` to trace every size of ``t`` as a symbol (``torch._dynamo.maybe_mark_dynamic``:
+    sizes 0 and 1 stay specialised rather than raising, as ``mark_dynamic`` would)."""
+    for dim in range(t.dim()):
+        torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
 #: The base class of every batch norm (``BatchNorm1d/2d/3d``, their lazy and sync versions).
 BATCH_NORM_BASE: type = torch.nn.modules.batchnorm._BatchNorm
 

@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 import torch
 from torch import Tensor
 
+from lightning_halo._compat.torch import mark_sizes_dynamic
+
 from ._torch import TorchKernels
 from .format import row_nbytes
 from .kernel_cache import choose_numba_cache_dir, numba_cache_dir
@@ -310,8 +312,7 @@ def compile_chunk(key: tuple, fn: Callable, backend: Any = "inductor") -> Callab
 
     def run(*args: Tensor) -> Tensor:
         for a in args:
-            for dim in range(a.dim()):
-                torch._dynamo.maybe_mark_dynamic(a, dim)
+            mark_sizes_dynamic(a)
         return compiled(*args)
 
     return run

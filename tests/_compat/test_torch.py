@@ -11,6 +11,7 @@ from lightning_halo._compat.torch import (
     fake_tensor_mode,
     is_fake,
     make_subclass,
+    mark_sizes_dynamic,
     plain_dispatch,
     saved_tensors,
     sparse_mm_functions,
@@ -131,3 +132,19 @@ def test_saved_tensors_refuses_what_it_cannot_place(tmp_path) -> None:
         zf.writestr("a/other.txt", "x")
     with pytest.raises(ValueError, match="not a torch.save zip file"):
         saved_tensors(tmp_path / "plain.zip")
+
+
+def test_marked_sizes_are_symbols_in_a_static_compilation_and_size_one_is_allowed() -> None:
+    """``mark_sizes_dynamic``: one graph for every shape under ``torch.compile(dynamic=False)``."""
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    fn = torch.compile(lambda x: (x * 2).sum(-1), dynamic=False, backend=count)
+    for shape in ((3, 4), (5, 7), (1, 9)):
+        x = torch.ones(shape)
+        mark_sizes_dynamic(x)
+        assert torch.equal(fn(x), (x * 2).sum(-1))
+    assert len(graphs) <= 2, "sizes were specialised: one graph per shape"  # size 1 may take a graph of its own
