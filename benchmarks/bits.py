@@ -7,9 +7,11 @@
 
 Each cell is the time-to-accuracy harness's (:mod:`benchmarks.converge`): one ``benchmarks.bench_cell``
 run, early stopping on the validation score, a wall-clock budget per graph, 2 testbed nodes at
-100 Mbit/s. The cells of 32-bit and 1-bit sync are the converge matrix's own (same names, same
-folder ``benchmarks/results/converge/<graph>/2n-100mbit``): this module adds 2, 4 and 8 bits and
-``bits="adaptive"`` (1/2/4/8, ``bit_budget=2``) and runs what is missing.
+100 Mbit/s, with the converge matrix's budgets and patience. Every method runs here
+(``benchmarks/results/bits/<graph>/2n-100mbit/<model>-<method>-s<seed>.json``), so that the times
+compared were measured side by side, with the same code. (The stored 32-bit cells of Tolokers,
+amherst41 and cornell5's seed 0 are copies of the converge matrix's, 2026-12-02: 32-bit gives the
+score and the target, not a time compared against.)
 
 What the report computes (pure functions below, tested), per graph and model:
 
@@ -34,12 +36,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.converge import BUDGET, OUT, PATIENCE, _args, _budgets, cell_dir, median_time, run_curve, spread
+from benchmarks.converge import BUDGET, PATIENCE, _args, _budgets, median_time, run_curve, spread
 from benchmarks.converge import time_to_target as _time_to_target
 from benchmarks.harness import RESULTS, ROOT, cluster_for, run_cell
 from benchmarks.pages import write_section
 
-#: method key -> (label, bits); every method runs in sync mode. The first two are the converge matrix's cells.
+#: method key -> (label, bits); every method runs in sync mode.
 METHODS: dict[str, tuple[str, str]] = {
     "b32-sync": ("32-bit", "32"),
     "b1-sync": ("1-bit", "1"),
@@ -111,7 +113,7 @@ def judge(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- running
 def cell_file(graph: str, model: str, method: str, seed: int, a: argparse.Namespace) -> Path:
     rate = "local" if a.local else a.rate
-    return OUT / graph / f"{a.nodes}n-{rate}" / f"{model}-{method}-s{seed}.json"
+    return RESULTS / "bits" / graph / f"{a.nodes}n-{rate}" / f"{model}-{method}-s{seed}.json"
 
 
 def cmd_run(a: argparse.Namespace) -> None:
@@ -130,7 +132,7 @@ def cmd_run(a: argparse.Namespace) -> None:
                         bits = METHODS[method][1]
                         run_cell(graph, model, bits, "sync", a.nodes, a.rate, 100_000, cluster, a.force,  # type: ignore[arg-type]
                                  extra=_args(a, graph, seed, budget, []), name=f"{model}-{method}-s{seed}",
-                                 timeout=budget + 600, label=cell_dir(graph))  # fmt: skip
+                                 timeout=budget + 600, label=f"bits/{graph}")  # fmt: skip
 
 
 def load(graph: str, model: str, method: str, seeds: list[int], a: argparse.Namespace) -> list[dict[str, Any]]:
