@@ -154,7 +154,8 @@ class Probe(L.Callback):
                 **({"stale_layers": [d for d, _ in ex.decisions()].count("pipelined"), "layers": len(ex.decisions())}
                    if ex is not None and ex.mode == "adaptive" else {}),
                 # bits="adaptive": this epoch's agreed width per exchange and direction
-                **({"widths": dict(zip(ex.slot_layers(), ex.widths()))} if ex is not None and ex.adaptive_bits else {}),
+                **({"widths": dict(zip(ex.slot_layers(), ex.widths())), "noise": dict(zip(ex.slot_layers(), ex.width_noise()))}
+                   if ex is not None and ex.adaptive_bits else {}),
                 # phases of the step: forward (to the loss), backward (with DDP's all-reduce), the rest
                 # (optimizer); each with the halo wait inside it
                 **self._phases(step),
@@ -221,7 +222,7 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
         strategy: Any = "auto"
     else:
         strategy = HaloQuantStrategy(
-            bits=args.bits, seed=args.seed, **({"bit_budget": args.bit_budget} if args.bit_budget is not None else {}), halo_timeout=args.timeout, aggregation=args.aggregation,
+            bits=args.bits, seed=args.seed, **({"bit_budget": args.bit_budget} if args.bit_budget is not None else {}), **({"bit_target": args.bit_target} if args.bit_target is not None else {}), halo_timeout=args.timeout, aggregation=args.aggregation,
             halo_reduction=args.halo_reduction, num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
         )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
@@ -365,6 +366,7 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
     parser.add_argument("--bits", type=_bits, default=32, help="1, 2, 4, 8, 16, 32 or adaptive")
     parser.add_argument("--bit-budget", type=float, default=None, help="HaloQuantStrategy(bit_budget=...) with --bits adaptive")
+    parser.add_argument("--bit-target", type=float, default=None, help="HaloQuantStrategy(bit_target=...) with --bits adaptive")
     parser.add_argument("--mode", choices=sorted(MODES), default="sync")
     parser.add_argument("--baseline", choices=["none", "single", "neighbor"], default="none")
     parser.add_argument("--epochs", type=int, default=50)

@@ -4,6 +4,8 @@
     python -m benchmarks.bits run --graphs tolokers cornell5 amherst41 --models gcn sage --seeds 0 1 2
     # the tables and the generated "bits" section of docs/quantization.md
     python -m benchmarks.bits report
+    # the output noise of 1-bit halos (what bit_target bounds) next to what more bits gain: "bits-noise" section
+    python -m benchmarks.bits noise --graphs tolokers cornell5 amherst41 citeseer actor
 
 Each cell is the time-to-accuracy harness's (:mod:`benchmarks.converge`): one ``benchmarks.bench_cell``
 run, early stopping on the validation score, a wall-clock budget per graph, 2 testbed nodes at
@@ -23,6 +25,11 @@ What the report computes (pure functions below, tested), per graph and model:
   the median over seeds of the training seconds until a run first reaches it, ``inf`` if it never
   does (target: adaptive at most the best fixed width's, on at least 2 of 3 graphs per model);
 * for adaptive runs, the widths it chose (share of (exchange, direction, epoch) at each width).
+
+``noise`` runs each graph and model once at ``bits="adaptive", bit_budget=1`` (every exchange stays at
+1 bit, and ``halo/noise`` reports its output noise) on 2 local processes, and tabulates that noise at
+the first, middle and last epoch next to what 8 bits gain over 1 bit in the converged cells above
+(``benchmarks/results/bits/noise/<graph>-<model>-<reduction>.json``).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from typing import Any, Optional
 
 from benchmarks.converge import BUDGET, PATIENCE, _args, _budgets, median_time, run_curve, spread
 from benchmarks.converge import time_to_target as _time_to_target
-from benchmarks.harness import RESULTS, ROOT, cluster_for, run_cell
+from benchmarks.harness import RESULTS, ROOT, cell_path, cluster_for, run_cell
 from benchmarks.pages import write_section
 
 #: method key -> (label, bits); every method runs in sync mode.
@@ -191,6 +198,63 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines + head + verdicts) + "\n"
 
 
+# ------------------------------------------------------------------------------------ 1-bit output noise
+def noise_points(rec: dict[str, Any]) -> dict[str, list[float]]:
+    """Of a run at ``bit_budget=1``, per direction: the largest output noise over its exchanges at the first measured,
+    the middle and the last epoch (rank 0's: all ranks agree)."""
+    epochs = [e for e in rec["ranks"][0]["epochs"] if any(e.get("noise", {}).values())]  # the first decides nothing
+    if not epochs:
+        return {}
+    picks = [epochs[0], epochs[len(epochs) // 2], epochs[-1]]
+    return {d: [max(per.get(d, 0.0) for per in e["noise"].values()) for e in picks] for d in ("fwd", "bwd")}
+
+
+def width_gain_pp(results: dict[str, Any], key: str) -> Optional[float]:
+    """8-bit's mean test score minus 1-bit's, in points, from :func:`report`'s results (``None``: not run)."""
+    rows = results.get(key, {}).get("rows", {})
+    if "b8-sync" not in rows or "b1-sync" not in rows:
+        return None
+    return 100 * (rows["b8-sync"]["test"] - rows["b1-sync"]["test"])
+
+
+def render_noise(noise: dict[str, dict[str, list[float]]], results: dict[str, Any]) -> str:
+    lines = ["| graph / model | halos | forward noise at 1 bit (first / mid / last epoch) | backward | 8-bit minus 1-bit test |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for key, points in noise.items():
+        graph, model, reduction = key.split("/")
+        gain = width_gain_pp(results, f"{graph}/{model}")
+        what = "partial sums" if reduction == "cover" else "every row"
+        lines.append(f"| {graph}/{model} | {what} | {' / '.join(f'{v:.3g}' for v in points['fwd'])} | "
+                     f"{' / '.join(f'{v:.3g}' for v in points['bwd'])} | "
+                     f"{'not run' if gain is None else f'{gain:+.2f} pp'} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def noise_file(graph: str, model: str, reduction: str) -> Path:
+    return RESULTS / "bits" / "noise" / f"{graph}-{model}-{reduction}.json"
+
+
+def cmd_noise(a: argparse.Namespace) -> None:
+    noise = {}
+    for graph in a.graphs:
+        for model in a.models:
+            for reduction in a.reductions:
+                path = noise_file(graph, model, reduction)
+                if not path.is_file() or a.force:
+                    extra = ["--bit-budget", "1.0", "--seed", "0", "--halo-reduction", reduction, "--hidden", str(a.hidden)]
+                    run_cell(graph, model, "adaptive", "sync", 2, "local", a.epochs, None, True, extra=extra,  # type: ignore[arg-type]
+                             name=f"{model}-{reduction}", label="bits/noise-cells")
+                    cell = cell_path("bits/noise-cells", 2, "local", f"{model}-{reduction}")
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(cell.read_text())
+                    cell.unlink()
+                noise[f"{graph}/{model}/{reduction}"] = noise_points(json.loads(path.read_text()))
+    a.graphs = [g for g in a.graphs if g in GRAPHS]
+    body = render_noise(noise, report(a) if a.graphs else {})
+    print(body)
+    write_section(Path(a.page), "bits-noise", body)
+
+
 def _ok(ok: Optional[bool], value: Optional[float], fmt: str) -> str:
     if ok is None:
         return "not run"
@@ -208,7 +272,7 @@ def cmd_report(a: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "report"):
+    for name in ("run", "report", "noise"):
         p = sub.add_parser(name)
         p.add_argument("--graphs", nargs="+", default=list(GRAPHS))
         p.add_argument("--models", nargs="+", default=["gcn", "sage"])
@@ -223,12 +287,15 @@ def main() -> None:
         p.add_argument("--local", action="store_true", help="local processes instead of the SLURM testbed")
         p.add_argument("--force", action="store_true")
         p.add_argument("--page", default=str(ROOT / "docs" / "quantization.md"))
+        if name == "noise":
+            p.add_argument("--reductions", nargs="+", default=["cover"], choices=["cover", "none"])
+            p.add_argument("--epochs", type=int, default=80)
     a = parser.parse_args()
     a.budget = _budgets(a.budget)
     if a.local:
         a.rate = "local"
     os.environ.setdefault("LIGHTNING_HALO_CACHE", str(RESULTS / "tmp" / "cache"))
-    {"run": cmd_run, "report": cmd_report}[a.cmd](a)
+    {"run": cmd_run, "report": cmd_report, "noise": cmd_noise}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 
 A method is ``<bits>:<mode>[:<option>]``: ``32:sync``, ``1:sync``, ``1:pipelined``,
 ``1:pipelined:5`` (``sync_every=5``), ``1:adaptive`` (the default threshold) or
-``1:adaptive:0.2`` (``drift_threshold=0.2``). Each run records the final validation and test
+``1:adaptive:0.2`` (``drift_threshold=0.2``) or ``1:adaptive:0.1:0`` (also ``wait_threshold=0``). Each run records the final validation and test
 score (ROC-AUC on binary graphs, accuracy otherwise) and, for adaptive runs, how many layer
 decisions were stale. Results: ``benchmarks/results/staleness/runs.jsonl`` (one line per run;
 a rerun of the same cell replaces its line).
@@ -35,13 +35,16 @@ DEFAULT_METHODS = ("32:sync", "1:sync", "1:pipelined", "1:pipelined:5", "1:adapt
 
 
 def schedule_kwargs(method: str) -> tuple[int, dict[str, Any]]:
-    """``"1:adaptive:0.2"`` -> ``(1, {"mode": "adaptive", "drift_threshold": 0.2})``."""
+    """``"1:adaptive:0.2"`` -> ``(1, {"mode": "adaptive", "drift_threshold": 0.2})``; ``"1:adaptive:0.1:0"`` also sets
+    ``wait_threshold=0``."""
     bits, mode, *option = method.split(":")
     kwargs: dict[str, Any] = {"mode": mode}
     if option and mode == "pipelined":
         kwargs["sync_every"] = int(option[0])
     elif option and mode == "adaptive":
         kwargs["drift_threshold"] = float(option[0])
+        if len(option) > 1:
+            kwargs["wait_threshold"] = float(option[1])
     elif option:
         raise ValueError(f"method {method!r}: only pipelined (sync_every) and adaptive (drift_threshold) take an option")
     return int(bits), kwargs

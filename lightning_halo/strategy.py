@@ -42,7 +42,7 @@ from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.chunks import trim_heap
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
-from lightning_halo.quant.allocate import BIT_BUDGET, BIT_CHOICES
+from lightning_halo.quant.allocate import BIT_BUDGET, BIT_CHOICES, BIT_TARGET
 from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
@@ -149,13 +149,17 @@ class HaloQuantStrategy(DDPStrategy):
             ``4``, ``8`` (stochastic rounding), ``16`` (bfloat16) or ``32`` (exact); or ``"adaptive"``:
             per layer call and direction, a width of ``bit_choices`` that every rank agrees on at each
             epoch's start, where the codec's variance bound of last epoch's rows says it matters most,
-            within ``bit_budget`` (:mod:`lightning_halo.quant.allocate`, docs/quantization.md). (default: ``1``)
+            within ``bit_budget`` (and, with a ``bit_target``, no wider than needed to meet it)
+            (:mod:`lightning_halo.quant.allocate`, docs/quantization.md). (default: ``1``)
         grad_bits (int or str, optional): bits of backward halo gradients, or ``"adaptive"``. (default: ``bits``)
         eval_bits (int, optional): bits for validation/test/predict. (default: ``32``)
         bit_choices (tuple of int, optional): the widths an adaptive direction chooses from (by
             default ``BIT_CHOICES``, ``(1, 2, 4, 8)``).
         bit_budget (float, optional): the bytes per epoch the adaptive directions may move, as a multiple of
             their bytes at the narrowest choice (``1``: all at the narrowest; by default ``BIT_BUDGET``, ``2.0``).
+        bit_target (float, optional): the noise an adaptive direction may add to its layer's outputs, as a
+            share of their energy, before its width is raised (``0``: no target, widen while ``bit_budget``
+            allows; by default ``BIT_TARGET``, ``0``).
         scale_loss (str, optional): what the loss is: ``"train_mean"`` (a mean over the
             partition's train nodes; multiplied by :math:`P\,n_r/N_{train}`), ``"share"``
             (this rank's share of the global objective: the ranks' losses sum to it, e.g.
@@ -230,6 +234,7 @@ class HaloQuantStrategy(DDPStrategy):
         eval_bits: int = 32,
         bit_choices: tuple[int, ...] = BIT_CHOICES,
         bit_budget: float = BIT_BUDGET,
+        bit_target: float = BIT_TARGET,
         scale_loss: Union[bool, LossScaling] = "train_mean",
         halo_timeout: float = 300.0,
         seed: int = 0,
@@ -281,7 +286,7 @@ class HaloQuantStrategy(DDPStrategy):
         #: The rank's halo exchange (checks and owns the bit widths, seeds and per-rank halo state).
         self.exchanger = HaloExchanger(
             None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite,
-            bit_choices=tuple(bit_choices), bit_budget=bit_budget,
+            bit_choices=tuple(bit_choices), bit_budget=bit_budget, bit_target=bit_target,
         )
         self._layers = LayerContext(self.exchanger, aggregation, halo_reduction)  # checks and owns both options
         self._policy: HaloPolicy = SYNC
@@ -352,6 +357,19 @@ class HaloQuantStrategy(DDPStrategy):
         if not self.exchanger.adaptive_bits:
             return {}
         return dict(zip(self.exchanger.slot_layers(), self.exchanger.widths()))
+
+    def halo_noise(self) -> dict[str, dict[str, float]]:
+        """With ``bits="adaptive"``: per training exchange and adaptive direction, the noise its agreed width puts
+        into the layer's outputs, relative to their energy (:func:`~lightning_halo.quant.allocate.output_variance`,
+        as of the last decision; empty before the first measured epoch and where every width is fixed)."""
+        if not self.exchanger.adaptive_bits:
+            return {}
+        return {layer: n for layer, n in zip(self.exchanger.slot_layers(), self.exchanger.width_noise()) if n}
+
+    def halo_waits(self) -> dict[str, float]:
+        """In an ``"adaptive"`` run with a wait threshold: per training exchange, the agreed share of the training
+        step its last synchronous exchanges waited (the least over the ranks)."""
+        return dict(zip(self.exchanger.slot_layers(), self.exchanger.wait_shares()))
 
     def halo_decisions(self) -> dict[str, tuple[str, float]]:
         """In an ``"adaptive"`` run: per training exchange, this epoch's choice (``"pipelined"``: stale, or
@@ -447,8 +465,9 @@ class HaloQuantStrategy(DDPStrategy):
             )
             widths = f"bits={ex.bits!r}, grad_bits={ex.grad_bits!r}"
             if ex.adaptive_bits:  # bits="adaptive": say what it chooses from and within which bytes
+                target = f", output noise target {ex.bit_target:g}" if ex.bit_target else ""
                 widths += (f" (widths of {ex.bit_choices} agreed every epoch, within {ex.bit_budget:g}x their "
-                           "narrowest bytes)")  # fmt: skip
+                           f"narrowest bytes{target})")  # fmt: skip
             rank_zero_info(f"lightning-halo: training halos at {widths} ({what})")
 
     def _set_threads(self) -> None:
@@ -501,7 +520,7 @@ class HaloQuantStrategy(DDPStrategy):
         # a run synchronous throughout never reads old halo rows: the slots do not keep them
         self.exchanger.begin_step(
             training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync",
-            drift_bound=self._policy.drift_bound,
+            drift_bound=self._policy.drift_bound, wait_bound=self._policy.wait_bound,
         )  # fmt: skip
         return batch
 
@@ -576,7 +595,9 @@ class HaloQuantStrategy(DDPStrategy):
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
         loss = scaled_loss(closure_loss, self.scale_loss, self.world_size, self.exchanger.part)
         loss = self.exchanger.prepare_loss(loss)
-        return super().backward(loss, optimizer, *args, **kwargs)
+        out = super().backward(loss, optimizer, *args, **kwargs)
+        self.exchanger.end_step()  # adaptive staleness times the step's halo waits against it
+        return out
 
     @override
     def on_exception(self, exception: BaseException) -> None:

@@ -107,10 +107,17 @@ class ThreadTransport:
         land()
         return None
 
-    def all_reduce_min_(self, t: Tensor) -> None:
+    def all_reduce_min_(self, t: Tensor, async_op: bool = False) -> Optional[_Deferred]:
         seq = self._next()
         self.group.post(seq, self.rank, {q: t.clone() for q in range(self.world_size)})
-        t.copy_(torch.stack(self.group.collect(seq, self.rank)).min(0).values)
+
+        def land() -> None:
+            t.copy_(torch.stack(self.group.collect(seq, self.rank)).min(0).values)
+
+        if async_op:
+            return _Deferred(land)
+        land()
+        return None
 
     def all_reduce_sum_(self, t: Tensor) -> None:
         seq = self._next()

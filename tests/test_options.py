@@ -16,13 +16,13 @@ import torch
 from torch_geometric.nn import MessagePassing
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule, register_layer
-from lightning_halo.exchange.policy import check_count, check_mode, check_smoothing
+from lightning_halo.exchange.policy import check_count, check_drift, check_mode, check_smoothing, check_wait
 from lightning_halo.layers import registry
 from lightning_halo.layers.call import check_aggregation
 from lightning_halo.loss import check_scale_loss
 from lightning_halo.partition.options import check_balance, check_num_parts, check_partitioner
 from lightning_halo.quant import check_bits
-from lightning_halo.quant.allocate import check_bit_budget, check_bit_choices, check_width
+from lightning_halo.quant.allocate import check_bit_budget, check_bit_choices, check_bit_target, check_width
 from lightning_halo.strategy import check_halo_timeout, check_num_threads
 from tests.support.graphs import awkward_graph
 
@@ -67,6 +67,7 @@ OPTIONS = [
     Option("grad_bits", check_width, lambda v: HaloQuantStrategy(grad_bits=v), "adaptive", 5, _named("grad_bits")),
     Option("bit_choices", check_bit_choices, lambda v: HaloQuantStrategy(bits="adaptive", bit_choices=v), (1, 4), (3,)),
     Option("bit_budget", check_bit_budget, lambda v: HaloQuantStrategy(bits="adaptive", bit_budget=v), 1.5, 0.5),
+    Option("bit_target", check_bit_target, lambda v: HaloQuantStrategy(bits="adaptive", bit_target=v), 0.05, -1.0),
     Option("eval_bits", check_bits, lambda v: HaloQuantStrategy(eval_bits=v), 16, 2.0, _named("eval_bits")),
     Option("aggregation", check_aggregation, lambda v: HaloQuantStrategy(aggregation=v), "sparse", "fused"),
     Option("scale_loss", check_scale_loss, lambda v: HaloQuantStrategy(scale_loss=v), "share", "mean"),
@@ -78,6 +79,8 @@ OPTIONS = [
            _named("sync_every", 0)),  # fmt: skip
     Option("refresh_every", check_count, lambda v: HaloSchedule(mode="periodic", refresh_every=v), 3, 0,
            _named("refresh_every", 0)),  # fmt: skip
+    Option("drift_threshold", check_drift, lambda v: HaloSchedule(mode="adaptive", drift_threshold=v), 0.2, 0.0),
+    Option("wait_threshold", check_wait, lambda v: HaloSchedule(mode="adaptive", wait_threshold=v), 0.1, 1.5),
     Option("warmup_epochs", check_count, lambda v: HaloSchedule(warmup_epochs=v), 2, -1, _named("warmup_epochs", 0)),
     Option("partitioner", check_partitioner, lambda v: _data_module(partitioner=v), "random", "kahip"),
     Option("balance", check_balance, lambda v: _data_module(balance=v), "edges", "vertices"),

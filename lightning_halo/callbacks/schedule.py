@@ -72,8 +72,9 @@ class HaloSchedule(Callback):
     that the schedule hands to the strategy at setup. Logged each epoch: ``halo/mode`` (0 sync,
     1 pipelined, 2 periodic, 3 adaptive), ``halo/staleness`` (largest, also on the progress bar)
     and ``halo/staleness/<layer>``; in an adaptive run also ``halo/stale_layers`` and
-    ``halo/sync_layers`` (this epoch's decisions) and ``halo/drift/<layer>`` (the agreed drift
-    behind each).
+    ``halo/sync_layers`` (this epoch's decisions), ``halo/drift/<layer>`` (the agreed drift
+    behind each) and ``halo/wait/<layer>`` (the agreed share of the step its synchronous exchanges
+    waited, with ``wait_threshold > 0``).
 
     Checkpoints record the schedule. Training resumed from one (``ckpt_path``) must use the same
     schedule, or, if the checkpoint was written without one, none (or ``mode="sync"``): any other
@@ -91,6 +92,11 @@ class HaloSchedule(Callback):
         drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
             sent rows in the last epoch that lets it run stale in the next; ``None`` is
             :data:`~lightning_halo.exchange.policy.DRIFT_THRESHOLD` (0.1).
+        wait_threshold (float, optional): adaptive only: a layer runs stale only where its last
+            synchronous exchanges waited at least this share of the training step on every rank (what a
+            stale exchange can save); ``0``: the drift alone decides, and the decisions do not depend on
+            measured times (a resumed run then decides bitwise as the uninterrupted one); ``None`` is
+            :data:`~lightning_halo.exchange.policy.WAIT_THRESHOLD` (0.1).
         allow_resume_change (bool, optional): continue training from a checkpoint written with
             another schedule (the restored stale rows and gradients are used as this schedule
             finds them) instead of refusing. Not recorded. (default: ``False``)
@@ -109,9 +115,10 @@ class HaloSchedule(Callback):
         warmup_epochs: int = 0,
         drift_threshold: Optional[float] = None,
         allow_resume_change: bool = False,
+        wait_threshold: Optional[float] = None,
     ) -> None:
         #: The schedule's options, checked.
-        self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs, drift_threshold)
+        self.policy = HaloPolicy(mode, sync_every, refresh_every, smoothing, warmup_epochs, drift_threshold, wait_threshold)
         self.allow_resume_change = bool(allow_resume_change)
         self._fitting = False
 
@@ -163,6 +170,9 @@ class HaloSchedule(Callback):
             counts = {"halo/stale_layers": stale_layers, "halo/sync_layers": len(decided) - stale_layers}
             log_reduced(pl_module, counts, reduce_fx="max")
             log_reduced(pl_module, {f"halo/drift/{layer}": v for layer, (_, v) in decided.items()}, reduce_fx="max")
+            if self.policy.wait_bound:
+                waits = trainer.strategy.halo_waits()  # type: ignore[attr-defined]
+                log_reduced(pl_module, {f"halo/wait/{layer}": v for layer, v in waits.items()}, reduce_fx="max")
 
     @override
     def state_dict(self) -> dict[str, Any]:

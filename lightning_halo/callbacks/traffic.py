@@ -44,7 +44,9 @@ class HaloTrafficLogger(Callback):
     (what raw float32 rows would have cost), ``halo/MB`` (forward + backward, also on the
     progress bar), ``halo/wait_s`` (slowest rank's time blocked on halo collectives) and
     ``halo/codec_s`` (slowest rank's time quantizing and dequantizing); with ``bits="adaptive"``
-    ``halo/bits/<layer>/<fwd|bwd>`` (the width each exchange sent at this epoch);
+    ``halo/bits/<layer>/<fwd|bwd>`` (the width each exchange sent at this epoch) and
+    ``halo/noise/<layer>/<fwd|bwd>`` (the noise that width puts into the layer's outputs, relative to their
+    energy, by the codec's bound of the last measured epoch: what ``bit_target`` bounds);
     ``halo/eval_bytes`` for validation. At the end of fit, rank 0 prints MB sent and the
     reduction factor against float32, per layer and kind of traffic, and the figures are kept in
     :attr:`summary` (with link prediction also the pair exchange of
@@ -82,6 +84,9 @@ class HaloTrafficLogger(Callback):
         widths = getattr(trainer.strategy, "halo_widths", dict)()
         if widths:  # bits="adaptive": every rank agreed on them (SlotTable.decide_widths), nothing to reduce
             log_reduced(pl_module, {f"halo/bits/{layer}/{d}": b for layer, w in widths.items() for d, b in w.items()},
+                        reduce_fx="max")  # fmt: skip
+            noise = trainer.strategy.halo_noise()  # type: ignore[attr-defined]
+            log_reduced(pl_module, {f"halo/noise/{layer}/{d}": v for layer, w in noise.items() for d, v in w.items()},
                         reduce_fx="max")  # fmt: skip
 
     @override

@@ -32,9 +32,12 @@ from lightning_halo.quant import check_bits
 from lightning_halo.quant.allocate import (
     BIT_BUDGET,
     BIT_CHOICES,
+    BIT_TARGET,
     check_bit_budget,
     check_bit_choices,
+    check_bit_target,
     check_width,
+    halo_reach,
     is_adaptive,
 )
 
@@ -88,6 +91,8 @@ class HaloExchanger:
         bit_choices (tuple of int): the widths adaptive directions choose from. (default: ``(1, 2, 4, 8)``)
         bit_budget (float): the bytes adaptive directions may move, as a multiple of their bytes at the
             narrowest choice. (default: ``2.0``)
+        bit_target (float): the noise adaptive directions may add to a layer's outputs, relative to their
+            energy, before a width is raised (``0``: widen while ``bit_budget`` allows). (default: ``0``)
         seed (int): seed of the per-rank stochastic-rounding generator. (default: ``0``)
         check_finite (bool): raise on NaN/Inf in halo rows. (default: ``True``)
 
@@ -108,14 +113,17 @@ class HaloExchanger:
         check_finite: bool = True,
         bit_choices: tuple[int, ...] = BIT_CHOICES,
         bit_budget: float = BIT_BUDGET,
+        bit_target: float = BIT_TARGET,
     ) -> None:
         self.bits: Bits = check_width(bits)
         self.grad_bits: Bits = self.bits if grad_bits is None else check_width(grad_bits, "grad_bits")
         self.eval_bits = check_bits(eval_bits, "eval_bits")
         self.bit_choices = check_bit_choices(bit_choices)
         self.bit_budget = check_bit_budget(bit_budget)
+        self.bit_target = check_bit_target(bit_target)
         if not is_adaptive(self.bits) and not is_adaptive(self.grad_bits):
-            options = (("bit_choices", self.bit_choices, BIT_CHOICES), ("bit_budget", self.bit_budget, BIT_BUDGET))
+            options = (("bit_choices", self.bit_choices, BIT_CHOICES), ("bit_budget", self.bit_budget, BIT_BUDGET),
+                       ("bit_target", self.bit_target, BIT_TARGET))  # fmt: skip
             given = [f"{name}={value!r}" for name, value, default in options if value != default]
             if given:
                 verb = "apply" if len(given) > 1 else "applies"
@@ -126,7 +134,7 @@ class HaloExchanger:
         self._slots = SlotTable(self._wire)
         adaptive = tuple(d for d, b in (("fwd", self.bits), ("bwd", self.grad_bits)) if is_adaptive(b))
         if adaptive:
-            self._slots.set_widths(self.bit_choices, self.bit_budget, adaptive)
+            self._slots.set_widths(self.bit_choices, self.bit_budget, adaptive, self.bit_target)
         #: The exact collectives the layer calls are given (degrees, edge lists, agreement).
         self.collectives = Collectives(self._wire)
         #: What checkpoints (generators, slots, traffic totals), for :class:`~lightning_halo.HaloStateCallback`.
@@ -240,10 +248,33 @@ class HaloExchanger:
         """Whether the bound partition is heterogeneous (its halos travel per node type)."""
         return isinstance(self._part, HeteroHaloPartition)
 
-    def add_plan(self, direction: Direction, plan: ExchangePlan) -> None:
-        """Register a further plan of the bound partition (its reversed out-edges' halo)."""
+    def add_plan(self, direction: Direction, plan: ExchangePlan, edge_index: Optional[Tensor] = None) -> None:
+        """Register a further plan of the bound partition (its reversed out-edges' halo), with the edges that read
+        its halo (local ids: inner nodes, then the plan's halo) where adaptive widths should weigh them."""
         self.state.added(direction, plan)
         self._plans[direction] = plan
+        if edge_index is not None:
+            self._of_partition[f"reach:{direction}"] = (halo_reach(edge_index, plan.n_inner), float(plan.n_inner))
+
+    def reach(self, direction: Direction) -> tuple[float, float]:
+        """This rank's ``(W, N)`` of the edges that read ``direction``'s halo
+        (:func:`~lightning_halo.quant.allocate.halo_reach`; ``N = 0`` where they are not known)."""
+        return self.partition_value(f"reach:{direction}", lambda: self._build_reach(direction))
+
+    def _build_reach(self, direction: Direction) -> tuple[float, float]:
+        part = self._part
+        if isinstance(part, HeteroHaloPartition) and direction.startswith("in:"):
+            # a relation aggregates over its own edges (to_hetero, HeteroConv): one reach per edge type read
+            src_type, w, outputs = direction[3:], 0.0, {}
+            for e in part.edge_types:
+                if e[0] == src_type and "edge_index" in part[e]:
+                    n_dst = int(part[e[-1]].n_inner)
+                    w += halo_reach(part[e].edge_index, n_dst, int(part[src_type].n_inner))
+                    outputs[e[-1]] = n_dst
+            return w, float(sum(outputs.values()))
+        if isinstance(part, HaloPartition) and direction == "in":
+            return halo_reach(part.edge_index, int(part.n_inner)), float(part.n_inner)
+        return 0.0, 0.0
 
     def cover_plan(self) -> CoverPlan:
         """The bound partition's partial-sum layout (:mod:`~lightning_halo.exchange.cover`), built at first use.
@@ -282,7 +313,7 @@ class HaloExchanger:
     # ------------------------------------------------------------------ steps
     def begin_step(
         self, training: bool, epoch: int = 0, mode: Mode = "sync", smoothing: float = 0.0, keep_history: bool = True,
-        drift_bound: Optional[float] = None,
+        drift_bound: Optional[float] = None, wait_bound: Optional[float] = None,
     ) -> None:  # fmt: skip
         """Called by the strategy before each training/validation/test/predict step.
 
@@ -293,7 +324,9 @@ class HaloExchanger:
         is synchronous throughout, see :meth:`~lightning_halo.exchange.slots.SlotTable.set_history`).
         ``drift_bound``: the ``"adaptive"`` policy's threshold (``None`` otherwise); the first step
         of an ``"adaptive"`` epoch agrees with the peers which layers run stale
-        (:meth:`~lightning_halo.exchange.slots.SlotTable.decide`, one tiny all-reduce).
+        (:meth:`~lightning_halo.exchange.slots.SlotTable.decide`, one tiny all-reduce). ``wait_bound``: its
+        wait floor (``None`` or ``0``: the drift alone decides); the training step is then timed from here to
+        :meth:`end_step`.
         """
         if training and epoch != self._epoch:
             self.meter.reset_epoch()
@@ -304,6 +337,8 @@ class HaloExchanger:
         if training:
             self._slots.set_history(keep_history)
             self._slots.set_drift_bound(drift_bound)
+            self._slots.set_wait_bound(wait_bound)
+            self._slots.start_step()
             if mode == "adaptive":
                 self._slots.decide(epoch)
             self._slots.decide_widths(epoch)  # adaptive bit widths (nothing where every width is fixed)
@@ -336,6 +371,15 @@ class HaloExchanger:
         """Per training slot, in an ``"adaptive"`` run: this epoch's choice and the agreed drift behind it."""
         return self._slots.decisions()
 
+    def wait_shares(self) -> list[float]:
+        """Per training slot, in an ``"adaptive"`` run with a wait bound: the agreed share of the step its last
+        synchronous exchanges waited (the least over the ranks), which decided this epoch with the drift."""
+        return self._slots.waits()
+
+    def end_step(self) -> None:
+        """The training step's backward is done (called by the strategy): times what its exchanges waited."""
+        self._slots.end_step()
+
     @property
     def adaptive_bits(self) -> bool:
         """Whether some direction's width is chosen every epoch (``bits`` or ``grad_bits`` is ``"adaptive"``)."""
@@ -344,6 +388,10 @@ class HaloExchanger:
     def widths(self) -> list[dict[str, int]]:
         """Per training slot, the width each adaptive direction (``"fwd"``, ``"bwd"``) sends at in this epoch."""
         return self._slots.widths()
+
+    def width_noise(self) -> list[dict[str, float]]:
+        """Per training slot, the output noise its adaptive directions' widths leave (as of the last decision)."""
+        return self._slots.noise()
 
     def fixed_width(self, direction: str) -> int:
         """The width of an exchange outside the training slots (pairs of link prediction): ``bits`` or ``grad_bits``,
@@ -407,7 +455,8 @@ class HaloExchanger:
             bits = 32 if fetch.exact and fetch.training else self.eval_bits
             traffic = "fwd" if fetch.training else "eval"
             return self._wire.exchange(send, bits, *counts, fetch.layer, traffic, self.state.eval_generator)
-        slot = self._slots.slot(fetch.slot, fetch.layer, fetch.direction, x_inner, route is not None)
+        reach = self.reach(fetch.direction) if self._slots.adaptive_directions else None
+        slot = self._slots.slot(fetch.slot, fetch.layer, fetch.direction, x_inner, route is not None, reach)
         gen = self.state.train_generator
         halo = self._slots.forward(slot, send, fetch.mode, self.bits, counts, self._epoch, gen)
         for fn in self._observers:
@@ -437,9 +486,13 @@ class HaloExchanger:
 
         Backward then reaches every exchange on every rank, even when a rank's loss does not
         depend on some layer (e.g. no train node), so no peer waits for a missing collective.
+        In an adaptive run it also posts the next epoch's agreement
+        (:meth:`~lightning_halo.exchange.slots.SlotTable.post_agreement`), which travels during backward.
         """
         anchors = [a for a in self._anchors if a.requires_grad]
         self._anchors.clear()
+        if self._training:  # adaptive staleness: the next decision's all-reduce travels while backward runs
+            self._slots.post_agreement()
         for a in anchors:
             loss = loss + a.reshape(-1)[:0].sum()  # exactly 0 (even if a held inf), but connected
         return loss

@@ -51,10 +51,11 @@ MODE_TABLE: tuple[ModeRow, ...] = (
     ModeRow("periodic", "refresh_every=N", "the rows of the last refresh",
             "nothing crosses partitions between refreshes", "only in refresh epochs", "stale up to N−1 epochs",
             "[DIGEST](https://arxiv.org/abs/2206.00057)-style stale representations"),
-    ModeRow("adaptive", "drift_threshold=δ",
-            "per layer: last epoch's rows while that layer's sent rows moved ≤ δ in the last epoch, else this "
-            "epoch's", "as the layer's forward chose: one epoch late, or at once",
-            "every epoch, overlapped where stale", "stale by at most one epoch, only where the rows barely move",
+    ModeRow("adaptive", "drift_threshold=δ, wait_threshold=w",
+            "per layer: last epoch's rows while that layer's sent rows moved ≤ δ in the last epoch and its "
+            "synchronous exchanges waited ≥ w of the step, else this epoch's",
+            "as the layer's forward chose: one epoch late, or at once", "every epoch, overlapped where stale",
+            "stale by at most one epoch, only where the rows barely move and the wait is worth hiding",
             "[Sancus](https://doi.org/10.24963/ijcai.2023/724)-style staleness bounded by measured change"),
 )  # fmt: skip
 
@@ -62,6 +63,11 @@ MODE_TABLE: tuple[ModeRow, ...] = (
 #: epochs, :math:`\lVert H_t - H_{t-1} \rVert_F / \lVert H_{t-1} \rVert_F`, below which that layer
 #: runs stale (pipelined) in the next epoch (see docs/modes.md for how it was chosen).
 DRIFT_THRESHOLD = 0.1
+#: ``"adaptive"``'s default floor on the share of a training step a layer's synchronous exchanges waited
+#: (the smallest over the ranks) below which it stays synchronous however little its rows move: a stale
+#: exchange saves at most that wait and costs a copy and a transfer in the background, so where the wait is
+#: small it only loses accuracy and time (docs/modes.md, "Adaptive").
+WAIT_THRESHOLD = 0.1
 
 
 def check_mode(mode: str) -> None:
@@ -81,6 +87,16 @@ def check_drift(drift_threshold: float) -> None:
     ok = isinstance(drift_threshold, (int, float)) and not isinstance(drift_threshold, bool)
     if not ok or not 0.0 < float(drift_threshold) < float("inf"):
         raise ValueError(f"drift_threshold must be a positive number (a relative change, e.g. 0.1), got {drift_threshold!r}")
+
+
+def check_wait(wait_threshold: float) -> None:
+    """A share of the training step: a number in ``[0, 1)``."""
+    ok = isinstance(wait_threshold, (int, float)) and not isinstance(wait_threshold, bool)
+    if not ok or not 0.0 <= float(wait_threshold) < 1.0:
+        raise ValueError(
+            f"wait_threshold must be a share of the training step in [0, 1) (e.g. 0.1; 0: the drift alone decides), "
+            f"got {wait_threshold!r}"
+        )
 
 
 def check_count(name: str, value: Optional[int], minimum: int, allow_none: bool = False) -> None:
@@ -110,6 +126,10 @@ class HaloPolicy:
         drift_threshold (float, optional): adaptive only: the largest relative change of a layer's
             sent rows in the last epoch that lets it run stale; ``None`` is
             :data:`DRIFT_THRESHOLD` (0.1).
+        wait_threshold (float, optional): adaptive only: the smallest share of the training step that a
+            layer's last synchronous exchanges waited (the least over the ranks) that lets it run stale;
+            ``0``: the drift alone decides (and decisions do not depend on measured times); ``None`` is
+            :data:`WAIT_THRESHOLD` (0.1).
 
     Example:
         >>> [HaloPolicy("pipelined", sync_every=3).mode_at(e) for e in range(5)]
@@ -122,6 +142,7 @@ class HaloPolicy:
     smoothing: float = 0.0
     warmup_epochs: int = 0
     drift_threshold: Optional[float] = None
+    wait_threshold: Optional[float] = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -135,6 +156,10 @@ class HaloPolicy:
             check_drift(self.drift_threshold)
             if self.mode != "adaptive":
                 raise ValueError("drift_threshold applies to mode='adaptive' only")
+        if self.wait_threshold is not None:
+            check_wait(self.wait_threshold)
+            if self.mode != "adaptive":
+                raise ValueError("wait_threshold applies to mode='adaptive' only")
 
     @property
     def drift_bound(self) -> Optional[float]:
@@ -142,6 +167,13 @@ class HaloPolicy:
         if self.mode != "adaptive":
             return None
         return DRIFT_THRESHOLD if self.drift_threshold is None else float(self.drift_threshold)
+
+    @property
+    def wait_bound(self) -> Optional[float]:
+        """The adaptive wait floor in effect (``None`` unless ``mode="adaptive"``)."""
+        if self.mode != "adaptive":
+            return None
+        return WAIT_THRESHOLD if self.wait_threshold is None else float(self.wait_threshold)
 
     def mode_at(self, epoch: int) -> Mode:
         """The mode of training epoch ``epoch`` (validation and test are always ``"sync"``)."""

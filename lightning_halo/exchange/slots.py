@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
@@ -29,15 +30,17 @@ from torch import Tensor
 
 from lightning_halo.exchange.plan import Direction
 from lightning_halo.exchange.policy import Mode
-from lightning_halo.exchange.wire import HaloExchangeError, Pending, Wire
-from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, signal_terms
+from lightning_halo.exchange.wire import HaloExchangeError, Pending, PendingMax, Wire
+from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, output_variance, signal_terms
 
 #: A slot's bit width as the exchanger gives it: a number, or ``"adaptive"`` (the slot's agreed width).
 Bits = Union[int, str]
 #: The directions of a slot, in the order of the agreement's tensor.
 DIRECTIONS = ("fwd", "bwd")
 #: ``"adaptive"`` measures the drift of a slot's sent rows on every k-th row, at most this many.
-DRIFT_ROWS = 1024
+DRIFT_ROWS = 256
+#: ``"adaptive"`` with a wait threshold: the weight of the old wait share when a synchronous step measures a new one.
+WAIT_SMOOTHING = 0.5
 
 
 @dataclass
@@ -60,11 +63,22 @@ class Slot:
     drift: float = -1.0
     decision: Mode = "sync"
     agreed_drift: float = float("inf")
+    # adaptive with a wait threshold: seconds this step's synchronous exchanges of the slot waited and how many
+    # of its two directions were synchronous; the share of the step they waited in the last step where both
+    # were (what `decide` agrees on), and the agreed share (the least over the ranks)
+    wait: float = 0.0
+    synced: int = 0
+    wait_share: float = 0.0
+    agreed_wait: float = 0.0
     # adaptive bit widths: this epoch's width per direction (agreed in `decide_widths`; absent: the narrowest), and
     # what this rank sent since the last decision, per direction: float64 [variance numerator, energy, rows] on the
     # rows' device (summed there, read once per decision)
     widths: dict[str, int] = field(default_factory=dict)
     signal: dict[str, Tensor] = field(default_factory=dict)
+    # this rank's [W, N] of the slot's edges (quant.allocate.halo_reach and its outputs; N = 0: not known), and the
+    # output noise the last decision left per direction (what the metrics show)
+    reach: tuple[float, float] = (0.0, 0.0)
+    noise: dict[str, float] = field(default_factory=dict)
 
 
 class SlotTable:
@@ -80,17 +94,25 @@ class SlotTable:
         self.smoothing = 0.0
         self.keep_history = True
         self.drift_bound: Optional[float] = None
+        self.wait_bound: Optional[float] = None
+        self._step_start: Optional[float] = None
+        self._agreement: Optional[PendingMax] = None  # the next decision's all-reduce, posted after a forward
+        self._agreed: Optional[list[float]] = None  # ... and its result, where a flush waited for it
         self._decided_epoch = -1
         self.bit_choices: tuple[int, ...] = ()  # adaptive widths: the choices (empty: every width is fixed)
         self.bit_budget = 1.0
+        self.bit_target = 0.0
         self.adaptive_directions: tuple[str, ...] = ()
         self._widths_epoch = -1
         self._signal_device = torch.device("cpu")  # where the rows were measured (the all-reduce's device)
 
-    def set_widths(self, choices: tuple[int, ...], budget: float, directions: tuple[str, ...]) -> None:
+    def set_widths(
+        self, choices: tuple[int, ...], budget: float, directions: tuple[str, ...], target: float = 0.0
+    ) -> None:
         """Adaptive bit widths for ``directions`` (of :data:`DIRECTIONS`): chosen from ``choices`` under ``budget``
-        (checked by the exchanger, :func:`~lightning_halo.quant.allocate.check_bit_choices`)."""
-        self.bit_choices, self.bit_budget = tuple(choices), float(budget)
+        down to the output noise ``target`` (checked by the exchanger,
+        :func:`~lightning_halo.quant.allocate.check_bit_choices`; ``target=0``: widen while the budget allows)."""
+        self.bit_choices, self.bit_budget, self.bit_target = tuple(choices), float(budget), float(target)
         self.adaptive_directions = tuple(d for d in DIRECTIONS if d in directions)
 
     def width(self, slot: Optional[Slot], direction: str, bits: Bits) -> int:
@@ -111,9 +133,14 @@ class SlotTable:
         """Agree, once per epoch, every slot's width per adaptive direction (one all-reduce, ``aux`` traffic).
 
         The signals every rank measured since the last decision (the variance numerator and energy of the
-        rows it sent, and their count) are summed over the ranks; every rank then runs the same greedy choice
-        (:func:`~lightning_halo.quant.allocate.choose_widths`) on the same numbers, so all take the same widths.
-        A slot and direction that sent nothing anywhere since then keeps its width and is left out of the budget.
+        rows it sent, and their count) and each slot's reach (:func:`~lightning_halo.quant.allocate.halo_reach`
+        of its edges, and the outputs it counts) are summed over the ranks; every rank then runs the same greedy
+        choice (:func:`~lightning_halo.quant.allocate.choose_widths`) on the same numbers, so all take the same
+        widths. A slot and direction that sent nothing anywhere since then keeps its width and is left out.
+
+        The weight of a group's relative variance in its layer's outputs (:func:`group_weight`) is ``W/N`` for
+        halo rows, and ``n/N`` (each of its ``n`` rows lands on one of ``N`` rows unscaled) for partial sums
+        and for gradients.
         """
         if self._widths_epoch == epoch or not self.adaptive_directions or not self.slots:
             return
@@ -122,21 +149,31 @@ class SlotTable:
         device = self._signal_device  # NCCL reduces device tensors only
         zero = torch.zeros(3, dtype=torch.float64, device=device)
         local = torch.stack([torch.stack([s.signal.get(d, zero).to(device) for d in dirs]) for s in self.slots])
-        agreed = self.wire.all_sum(local, "bits").cpu()
+        reach = torch.tensor([s.reach for s in self.slots], dtype=torch.float64, device=device)
+        agreed = self.wire.all_sum(torch.cat([local.reshape(-1), reach.reshape(-1)]), "bits").cpu()
+        signals, reaches = agreed[: local.numel()].view(local.shape), agreed[local.numel() :].view(-1, 2)
         groups, where = [], []
         for i, s in enumerate(self.slots):
+            w, outputs = reaches[i].tolist()
             for j, d in enumerate(dirs):
-                r, e, n = agreed[i, j].tolist()
+                r, e, n = signals[i, j].tolist()
                 if n > 0:
-                    groups.append(GroupSignal(r, e, int(round(n)), s.d, torch.empty((), dtype=s.dtype).element_size()))
+                    weight = group_weight(d, s.partial, n, w, outputs)
+                    size = torch.empty((), dtype=s.dtype).element_size()
+                    groups.append(GroupSignal(r, e, int(round(n)), s.d, size, weight))
                     where.append((s, d))
             s.signal = {}
-        for (s, d), b in zip(where, choose_widths(groups, self.bit_choices, self.bit_budget)):
-            s.widths[d] = b
+        for (s, d), g, b in zip(where, groups, choose_widths(groups, self.bit_choices, self.bit_budget, self.bit_target)):
+            s.widths[d], s.noise[d] = b, output_variance(g, b)
 
     def widths(self) -> list[dict[str, int]]:
         """Per slot: the width each adaptive direction sends at this epoch."""
         return [{d: self.width(s, d, "adaptive") for d in self.adaptive_directions} for s in self.slots]
+
+    def noise(self) -> list[dict[str, float]]:
+        """Per slot: the output noise (:func:`~lightning_halo.quant.allocate.output_variance`) each adaptive
+        direction's agreed width leaves, as of the last decision (absent before the first measured one)."""
+        return [dict(s.noise) for s in self.slots]
 
     def set_history(self, keep: bool) -> None:
         """Whether a synchronous step keeps its rows and gradients for later stale steps.
@@ -158,8 +195,46 @@ class SlotTable:
         """``"adaptive"``'s threshold (``None``: another mode; nothing is measured or kept)."""
         self.drift_bound = None if bound is None else float(bound)
         if bound is None:
+            self._take_agreement()  # posted in an adaptive epoch that a schedule change ended: waited for, dropped
             for s in self.slots:
-                s.sent, s.drift, s.decision = None, -1.0, "sync"
+                s.sent, s.drift, s.decision, s.wait_share = None, -1.0, "sync", 0.0
+
+    def set_wait_bound(self, bound: Optional[float]) -> None:
+        """``"adaptive"``'s wait floor (``None`` or ``0``: the drift alone decides; checked by the policy)."""
+        self.wait_bound = None if bound is None else float(bound)
+
+    def start_step(self) -> None:
+        """A training step begins: the time its exchanges wait is measured against it (adaptive only)."""
+        if self.drift_bound is None:
+            return
+        self._step_start = time.perf_counter()
+        for s in self.slots:
+            s.wait, s.synced = 0.0, 0
+
+    def end_step(self) -> None:
+        """The step's backward is done: each slot whose exchanges were synchronous both ways in it takes the share of
+        the step (forward and backward) they waited, averaged with the shares before (:data:`WAIT_SMOOTHING`); a
+        stale step keeps the share of the last synchronous one, and a slot's first step (no drift measured yet; its
+        peers' first steps are slow for reasons of their own) none."""
+        if self._step_start is None:
+            return
+        step, self._step_start = time.perf_counter() - self._step_start, None
+        for s in self.slots:
+            # not a slot's first step (its peers' first steps build plans and caches: they arrive late)
+            if s.synced >= 2 and step > 0 and s.drift >= 0:
+                # a moving average over the synchronous steps: one slow step of a peer must not flip the decision
+                share = s.wait / step
+                s.wait_share = share if s.wait_share <= 0 else WAIT_SMOOTHING * s.wait_share + (1 - WAIT_SMOOTHING) * share
+
+    def _timed(self, slot: Optional[Slot], exchange: Any) -> Tensor:
+        """Run a synchronous ``exchange()``; in an adaptive run add the time it waited for the peers to ``slot``."""
+        if slot is None or self._step_start is None:
+            return exchange()
+        before = self.wire.meter.epoch_wait_s
+        out = exchange()
+        slot.wait += self.wire.meter.epoch_wait_s - before
+        slot.synced += 1
+        return out
 
     def decide(self, epoch: int) -> None:
         r"""Agree, once per epoch, which slots run stale (``"pipelined"``) in this ``"adaptive"`` epoch.
@@ -169,22 +244,57 @@ class SlotTable:
         most :data:`DRIFT_ROWS` of them), on the entries non-zero in both (measured in
         :meth:`forward`, before quantization). One all-reduce of the per-slot maxima over all
         ranks (exact, so every rank gets the same value) decides: stale when the largest drift
-        is at most :attr:`drift_bound`, synchronous otherwise (also while unmeasured).
+        is at most :attr:`drift_bound`, synchronous otherwise (also while unmeasured). With a
+        :attr:`wait_bound`, the same all-reduce carries each slot's share of the step its last
+        synchronous exchanges waited (:meth:`end_step`; negated, so the maximum is the least share
+        over the ranks: what going stale saves on the slowest rank), and a slot runs stale only where
+        that share is at least the bound.
         """
         if self._decided_epoch == epoch or self.drift_bound is None or not self.slots:
             return
         self._decided_epoch = epoch
+        agreed = self._take_agreement()
+        if agreed is None:  # nothing posted since the last step (the first one, or a resumed run): agree now
+            agreed = self.wire.finish_max(self.wire.post_max(self._decision_values(), "adaptive", async_op=False))
+        n = len(self.slots)
+        values = agreed.tolist() if isinstance(agreed, Tensor) else agreed
+        shares = [-w for w in values[n:]] or [math.inf] * n
+        for s, d, w in zip(self.slots, values[:n], shares):
+            s.agreed_drift, s.agreed_wait = d, w
+            s.decision = "pipelined" if d <= self.drift_bound and w >= (self.wait_bound or 0.0) else "sync"
+
+    def _decision_values(self) -> Tensor:
+        """Per slot the drift, and with a wait bound the negated wait share (its maximum is the least share)."""
         device = next((s.sent.device for s in self.slots if s.sent is not None), torch.device("cpu"))
         drifts = [s.drift if s.drift >= 0 else math.inf for s in self.slots]  # NaN fails `>= 0`: synchronous
-        local = torch.tensor(drifts, dtype=torch.float64, device=device)  # NCCL reduces device tensors only
-        agreed = self.wire.all_max(local, "adaptive")
-        for s, d in zip(self.slots, agreed.tolist()):
-            s.agreed_drift = d
-            s.decision = "pipelined" if d <= self.drift_bound else "sync"
+        waits = [-s.wait_share for s in self.slots] if self.wait_bound else []
+        return torch.tensor(drifts + waits, dtype=torch.float64, device=device)  # NCCL reduces device tensors only
+
+    def post_agreement(self) -> None:
+        """Post the next decision's all-reduce once the step's forward has measured every drift (from the strategy's
+        loss, before backward): it completes while the step goes on, and :meth:`decide` only reads it. Every rank
+        posts at the same point of the same step, so the collectives stay in order. The wait shares it carries are
+        those of the steps before this one (this step's is measured after its backward)."""
+        if self.drift_bound is None or not self.slots:
+            return
+        self._take_agreement()  # an earlier step's of this epoch: superseded
+        self._agreement = self.wire.post_max(self._decision_values(), "adaptive")
+
+    def _take_agreement(self) -> Optional[Tensor | list[float]]:
+        """The posted agreement's result (waiting for it), or None where none was posted."""
+        pending, self._agreement = self._agreement, None
+        if pending is not None:
+            return self.wire.finish_max(pending)
+        agreed, self._agreed = self._agreed, None
+        return agreed
 
     def decisions(self) -> list[tuple[Mode, float]]:
         """Per slot: what the current ``"adaptive"`` epoch does, and the agreed drift that decided it."""
         return [(s.decision, s.agreed_drift) for s in self.slots]
+
+    def waits(self) -> list[float]:
+        """Per slot: the agreed share of the step its synchronous exchanges waited (``inf`` without a wait bound)."""
+        return [s.agreed_wait for s in self.slots]
 
     def _measure(self, slot: Slot, send: Tensor) -> None:
         """The relative change of my sent rows since the last step (kept for :meth:`decide`).
@@ -196,29 +306,35 @@ class SlotTable:
         """
         # Every k-th row, at most DRIFT_ROWS of them: the same rows every step (the plan's order is fixed), a
         # relative norm over them estimates the whole one, and the measurement stays a small share of a step
-        # (over all rows of a 256-wide layer, in float64, it took 10 ms an epoch: a fifth of what adaptive cost
-        # over sync on a 5k-node graph).
+        # (1024 rows of a 256-wide layer took 2.6-3.5 ms a step, a third of what adaptive cost over sync on
+        # Tolokers; 256 rows, masked in place and read with one host sync, 0.3 ms).
         stride = max(1, -(-send.size(0) // DRIFT_ROWS))
         prev, cur = slot.sent, send.detach()[::stride]
         if prev is not None and stride > 1 and prev.size(0) == send.size(0):
             prev = prev[::stride]  # a checkpoint that kept every row
         if prev is not None and prev.shape == cur.shape:
-            both = (prev != 0) & (cur != 0)
-            diff, base = torch.where(both, cur - prev, 0).reshape(-1), torch.where(both, prev, 0).reshape(-1)
-            # sums of squares as dot products in the rows' dtype (one pass each; float32 is ample for a ratio
-            # against a threshold); in float64 only where that overflowed
-            num, den = float(torch.dot(diff, diff)), float(torch.dot(base, base))
+            both = (prev != 0).logical_and_(cur != 0)
+            diff, base = cur.sub(prev).mul_(both).reshape(-1), prev.mul(both).reshape(-1)
+            # sums of squares as dot products in the rows' dtype (float32 is ample for a ratio against a
+            # threshold); in float64 only where that overflowed
+            num, den = torch.stack([torch.dot(diff, diff), torch.dot(base, base)]).tolist()
             if not (math.isfinite(num) and math.isfinite(den)):
                 num, den = float(diff.double().square().sum()), float(base.double().square().sum())
             slot.drift = math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
         slot.sent = cur.clone() if stride > 1 else cur  # not a view: the step's send buffer is freed
 
-    def slot(self, index: int, layer: str, direction: Direction, rows: Tensor, partial: bool = False) -> Slot:
-        """Slot ``index`` (created at its first use); it must see the same layer every step."""
+    def slot(
+        self, index: int, layer: str, direction: Direction, rows: Tensor, partial: bool = False,
+        reach: Optional[tuple[float, float]] = None,
+    ) -> Slot:  # fmt: skip
+        """Slot ``index`` (created at its first use); it must see the same layer every step. ``reach``: this rank's
+        ``(W, N)`` of the slot's edges (:meth:`decide_widths`), where adaptive widths need it."""
         d, dtype = int(rows.size(1)), rows.dtype
         if index == len(self.slots):
             self.slots.append(Slot(layer, direction, d, dtype, partial=partial))
         slot = self.slots[index]
+        if reach is not None:
+            slot.reach = reach
         if slot.partial != partial:
             raise HaloExchangeError(
                 f"halo exchange #{index} (layer '{layer}') {'carries' if partial else 'does not carry'} partial sums "
@@ -264,7 +380,7 @@ class SlotTable:
                 send, bits, *counts, slot.layer, "fwd", generator=generator, async_op=True, epoch=epoch
             )
             return stale
-        halo = self.wire.exchange(send, bits, *counts, slot.layer, "fwd", generator)
+        halo = self._timed(slot, lambda: self.wire.exchange(send, bits, *counts, slot.layer, "fwd", generator))
         slot.halo, slot.fresh_epoch = (halo.detach() if self.keep_history or mode != "sync" else None), epoch
         return halo
 
@@ -297,13 +413,17 @@ class SlotTable:
                 grad_halo, bits, *counts, layer, "bwd", generator=generator, async_op=True, epoch=epoch
             )
             return recv
-        recv = self.wire.exchange(grad_halo, bits, *counts, layer, "bwd", generator)
+        recv = self._timed(slot, lambda: self.wire.exchange(grad_halo, bits, *counts, layer, "bwd", generator))
         if slot is not None and (self.keep_history or mode != "sync"):
             slot.grad = recv
         return recv
 
     def flush(self) -> None:
-        """Wait for every asynchronous exchange in flight and fold it into its slot."""
+        """Wait for every asynchronous exchange in flight and fold it into its slot (a posted agreement's result is
+        kept for the next :meth:`decide`)."""
+        if self._agreement is not None:
+            self._agreed = self.wire.finish_max(self._agreement).tolist()
+            self._agreement = None
         for slot in self.slots:
             if slot.fwd_pending is not None:
                 self._land_fwd(slot)
@@ -347,8 +467,11 @@ class SlotTable:
                 "partial": s.partial,
                 "sent": None if s.sent is None else s.sent.detach().cpu(),
                 "drift": s.drift,
+                "wait_share": s.wait_share,
                 "widths": dict(s.widths),
                 "signal": {d: v.detach().cpu() for d, v in s.signal.items()},
+                "reach": list(s.reach),
+                "noise": dict(s.noise),
             }
             for s in self.slots
         ]
@@ -366,8 +489,19 @@ class SlotTable:
                 partial=bool(s.get("partial", False)),
                 sent=None if s.get("sent") is None else s["sent"].to(device),
                 drift=float(s.get("drift", -1.0)),
+                wait_share=float(s.get("wait_share", 0.0)),
                 widths={d: int(b) for d, b in s.get("widths", {}).items()},
                 signal={d: torch.as_tensor(v, dtype=torch.float64).to(device) for d, v in s.get("signal", {}).items()},
+                reach=tuple(float(v) for v in s.get("reach", (0.0, 0.0))),  # type: ignore[arg-type]
+                noise={d: float(v) for d, v in s.get("noise", {}).items()},
             )
             for s in state
         ]
+
+
+def group_weight(direction: str, partial: bool, n: float, w: float, outputs: float) -> float:
+    """The weight of a group's relative variance in its layer's outputs (:meth:`SlotTable.decide_widths`), from the
+    ranks' sums: its rows ``n``, the reach ``w`` of its edges and their outputs ``outputs`` (``0``: not known, 1)."""
+    if outputs <= 0:
+        return 1.0
+    return (w if direction == "fwd" and not partial else n) / outputs

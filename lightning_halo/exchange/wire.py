@@ -38,7 +38,7 @@ class Transport(Protocol):
         self, recv: Tensor, send: Tensor, recv_splits: Sequence[int], send_splits: Sequence[int], async_op: bool
     ) -> Optional[Work]: ...
 
-    def all_reduce_min_(self, t: Tensor) -> None: ...
+    def all_reduce_min_(self, t: Tensor, async_op: bool = False) -> Optional[Work]: ...
 
     def all_reduce_sum_(self, t: Tensor) -> None: ...
 
@@ -56,8 +56,8 @@ class DistTransport:
             recv, send, list(recv_splits), list(send_splits), group=self.group, async_op=async_op
         )
 
-    def all_reduce_min_(self, t: Tensor) -> None:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+    def all_reduce_min_(self, t: Tensor, async_op: bool = False) -> Optional[Work]:
+        return dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group, async_op=async_op)
 
     def all_reduce_sum_(self, t: Tensor) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
@@ -75,7 +75,7 @@ class SoloTransport:
             recv.copy_(send)
         return None
 
-    def all_reduce_min_(self, t: Tensor) -> None:
+    def all_reduce_min_(self, t: Tensor, async_op: bool = False) -> Optional[Work]:
         return None
 
     def all_reduce_sum_(self, t: Tensor) -> None:
@@ -96,6 +96,16 @@ class Pending:
     layer: str
     traffic: Traffic
     epoch: int = 0  # training epoch whose rows/gradients this carries
+
+
+@dataclass
+class PendingMax:
+    """An element-wise maximum over the ranks in flight (:meth:`Wire.post_max`): ``values`` hold it once finished."""
+
+    work: Optional[Work]
+    values: Tensor
+    negated: bool
+    layer: str
 
 
 class Wire:
@@ -223,15 +233,36 @@ class Wire:
 
     def all_max(self, values: Tensor, layer: str) -> Tensor:
         """Element-wise maximum of a float tensor over all ranks, in place (exact: the same on every rank)."""
+        return self.finish_max(self.post_max(values, layer, async_op=False))
+
+    def post_max(self, values: Tensor, layer: str, async_op: bool = True) -> PendingMax:
+        """Start :meth:`all_max` of ``values`` (in place); :meth:`finish_max` returns the maximum."""
+        pending = PendingMax(None, values, False, layer)
         if self.transport.world_size == 1:
-            return values
+            return pending
         self.meter.add(layer, "aux", values.numel() * values.element_size(), values.numel() * 4)
-        neg = values.neg_()
+        pending.negated = True  # the maximum is the minimum of the negated values: every transport has a minimum
+        values.neg_()
         try:
-            self.transport.all_reduce_min_(neg)
+            pending.work = self.transport.all_reduce_min_(values, async_op=async_op)
         except RuntimeError as err:
             raise self.error(err, layer, "agreement") from err
-        return neg.neg_()
+        return pending
+
+    def finish_max(self, pending: PendingMax) -> Tensor:
+        """Wait for :meth:`post_max` and return the element-wise maximum over the ranks."""
+        if pending.work is not None:
+            t0 = time.perf_counter()
+            try:
+                pending.work.wait()
+            except RuntimeError as err:
+                raise self.error(err, pending.layer, "agreement") from err
+            self.meter.add_wait(time.perf_counter() - t0)
+            pending.work = None
+        if pending.negated:
+            pending.values.neg_()
+            pending.negated = False
+        return pending.values
 
     def all_sum(self, values: Tensor, layer: str) -> Tensor:
         """Element-wise sum of ``values`` over all ranks, in place (one all-reduce; counted as ``aux`` bytes)."""

@@ -210,7 +210,7 @@ class PartitionEdges:
         if "out" not in self.sets:
             plan_in = self.exchanger.plan("in")
             edges, plan = build_out_edges(self.part, self.sets["in"].attrs, plan_in, self.collectives, layer)
-            self.exchanger.add_plan("out", plan)
+            self.exchanger.add_plan("out", plan, edges.edge_index)
             self.sets["out"] = edges
         return self.sets["out"]
 

@@ -43,6 +43,10 @@ from .format import SUPPORTED_BITS, check_bits, row_nbytes
 BIT_CHOICES = (1, 2, 4, 8)
 #: Bytes an adaptive run may move, as a multiple of the bytes at its narrowest width. Its default: at most 2x 1-bit.
 BIT_BUDGET = 2.0
+#: The noise the halos' rounding may add to a layer's output, relative to its energy, before a width is raised.
+#: Its default, ``0``: no target, the byte budget decides. Measured, the bound does not rank graphs by what 1 bit
+#: costs them (docs/quantization.md, "Adaptive widths"), so a target is the user's to set, not ours to guess.
+BIT_TARGET = 0.0
 #: The value of ``bits``/``grad_bits`` that asks for adaptive widths.
 ADAPTIVE = "adaptive"
 
@@ -50,13 +54,15 @@ ADAPTIVE = "adaptive"
 @dataclass(frozen=True)
 class GroupSignal:
     """What decides one group's width: variance numerator ``r``, energy ``e`` (sums over its rows), rows ``n``
-    (summed over the ranks), row width ``d`` and the rows' element size (for ``bits=32``)."""
+    (summed over the ranks), row width ``d`` and the rows' element size (for ``bits=32``), and the ``weight`` with which its relative variance reaches its layer's outputs."""
 
     r: float
     e: float
     n: int
     d: int
     itemsize: int = 4
+    #: the share of the group's relative variance that reaches the outputs of its layer (:func:`output_variance`)
+    weight: float = 1.0
 
 
 def check_bit_choices(choices: Sequence[int]) -> tuple[int, ...]:
@@ -166,30 +172,97 @@ def group_bytes(g: GroupSignal, bits: int) -> int:
     return g.n * (g.d * g.itemsize if bits == 32 else row_nbytes(g.d, bits))
 
 
-def choose_widths(groups: Sequence[GroupSignal], choices: Sequence[int], budget: float) -> list[int]:
-    """Each group's width (module docstring): greedy, the most relative variance removed per added byte first.
+def output_variance(g: GroupSignal, bits: int) -> float:
+    """The noise a group at ``bits`` adds to its layer's outputs, relative to their energy: ``weight * V(b)/E``."""
+    return g.weight * relative_variance(g, bits)
+
+
+def halo_reach(edge_index: Tensor, n_inner: int, n_inner_src: Optional[int] = None) -> float:
+    r"""How much of the halo rows' noise reaches the outputs of a mean aggregation over ``edge_index``.
+
+    A layer's output row :math:`i` (an inner node, ``dst < n_inner``) averages its in-neighbours'
+    rows, each with coefficient :math:`1/\deg_i`; a halo row :math:`j` (``src >= n_inner``) carries its
+    rounding noise :math:`v_j` into every output it feeds, scaled by the square of the coefficient.
+    The noise the outputs receive is then :math:`\sum_j v_j w_j` with
+
+    .. math::
+        W = \sum_j w_j = \sum_{(j, i):\, j \text{ halo}} \frac{1}{\deg_i^2}
+
+    and, with every row's noise and energy at the group's mean, the outputs' relative noise is
+    :math:`(W / N) \cdot V(b)/E` over :math:`N` outputs (an average of rows that point the same way,
+    such as non-negative activations, keeps their energy). A sum aggregation scales noise and outputs
+    alike, so its ratio is the same; GCN's :math:`1/\sqrt{\deg_i \deg_j}` has the same total.
+    Returns :math:`W` (the caller divides by :math:`N`, summed over the ranks). ``n_inner_src``: where the
+    sources' halo starts, if the sources are another id space (a heterogeneous edge type's source type).
+
+    Example:
+        >>> # inner nodes 0 and 1; node 0 has two neighbours, one of them the halo row 2; node 1 only halo row 2
+        >>> halo_reach(torch.tensor([[1, 2, 2], [0, 0, 1]]), n_inner=2)
+        1.25
+    """
+    src, dst = edge_index[0], edge_index[1]
+    into = dst < n_inner
+    if not bool(into.any()):
+        return 0.0
+    deg = torch.bincount(dst[into], minlength=n_inner).double()
+    from_halo = into & (src >= (n_inner if n_inner_src is None else n_inner_src))
+    return float(deg[dst[from_halo]].reciprocal().square().sum())
+
+
+def check_bit_target(target: float) -> float:
+    """A variance target: a finite number ``>= 0`` (``0``: no target, widen while the byte budget allows).
+
+    Example:
+        >>> check_bit_target(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: bit_target=-1 is below 0: it is the noise the halos may add to a layer's output, relative to its energy (0: none, widen within bit_budget), e.g. bit_target=0.05.
+    """
+    number = isinstance(target, (int, float)) and not isinstance(target, bool)
+    if not number or target != target or target == float("inf"):
+        raise ValueError(f"bit_target must be a finite number >= 0, got {target!r}")
+    if target < 0:
+        raise ValueError(
+            f"bit_target={target!r} is below 0: it is the noise the halos may add to a layer's output, relative to its "
+            "energy (0: none, widen within bit_budget), e.g. bit_target=0.05."
+        )
+    return float(target)
+
+
+def choose_widths(
+    groups: Sequence[GroupSignal], choices: Sequence[int], budget: float, target: float = 0.0
+) -> list[int]:
+    """Each group's width (module docstring): greedy, the most output noise above ``target`` removed per added byte
+    first.
 
     Args:
         groups: the groups' signals (the same on every rank).
         choices: the widths to pick from (:func:`check_bit_choices`).
         budget: the bytes allowed, as a multiple of the bytes at the narrowest width (:func:`check_bit_budget`).
+        target: the output noise (:func:`output_variance`) at or below which a group is not widened
+            (:func:`check_bit_target`; ``0``: widen while the budget allows). (default: ``0``)
 
     Returns:
         One width per group. Ties go to the earlier group, then to the narrower width.
     """
     choices = check_bit_choices(choices)
     budget = check_bit_budget(budget)
+    target = check_bit_target(target)
     widths = [choices[0]] * len(groups)
     spent = sum(group_bytes(g, choices[0]) for g in groups)
     allowed = budget * spent
     while True:
         best: Optional[tuple[float, int, int, int]] = None  # (gain per byte, group, width, added bytes)
         for i, g in enumerate(groups):
-            now, now_bytes = relative_variance(g, widths[i]), group_bytes(g, widths[i])
+            now, now_bytes = output_variance(g, widths[i]), group_bytes(g, widths[i])
+            if now <= target:
+                continue
             for b in choices:
                 if b <= widths[i]:
                     continue
-                gain, extra = now - relative_variance(g, b), group_bytes(g, b) - now_bytes
+                # only the noise above the target counts: a width that reaches it gains as much as a wider one, so
+                # the narrowest that does wins on bytes
+                gain, extra = now - max(output_variance(g, b), target), group_bytes(g, b) - now_bytes
                 if gain <= 0 or spent + extra > allowed:
                     continue
                 rate = gain / extra if extra > 0 else float("inf")  # a width that costs no byte more (padding)
@@ -206,13 +279,17 @@ __all__ = [
     "ADAPTIVE",
     "BIT_BUDGET",
     "BIT_CHOICES",
+    "BIT_TARGET",
     "GroupSignal",
     "check_bit_budget",
     "check_bit_choices",
+    "check_bit_target",
     "check_width",
     "choose_widths",
     "group_bytes",
+    "halo_reach",
     "is_adaptive",
+    "output_variance",
     "relative_variance",
     "signal_of",
     "signal_terms",

@@ -41,6 +41,7 @@ STRATEGY_OPTIONS: dict[str, tuple[Treatment, str]] = {
     "eval_bits": (Treatment.RUN, "one training step: nothing is evaluated"),
     "bit_choices": (Treatment.RUN, "the widths of bits='adaptive': verify checks bits=32, where they change nothing"),
     "bit_budget": (Treatment.RUN, "the bytes of bits='adaptive': verify checks bits=32, where they change nothing"),
+    "bit_target": (Treatment.RUN, "the noise target of bits='adaptive': verify checks bits=32, where it changes nothing"),
     "scale_loss": (Treatment.CARRIED, ""),
     "halo_timeout": (Treatment.RUN, "the check's timeout= bounds its runs and their collectives"),
     "seed": (Treatment.CARRIED, ""),

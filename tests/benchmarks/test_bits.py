@@ -6,7 +6,17 @@ import math
 
 import pytest
 
-from benchmarks.bits import ADAPTIVE, bytes_per_epoch, judge, render, summarise_method, width_shares
+from benchmarks.bits import (
+    ADAPTIVE,
+    bytes_per_epoch,
+    judge,
+    noise_points,
+    render,
+    render_noise,
+    summarise_method,
+    width_gain_pp,
+    width_shares,
+)
 
 
 def _rec(vals: list[float], tests: list[float], fwd: list[int], widths: list[dict] | None = None) -> dict:
@@ -66,3 +76,18 @@ def test_render_names_every_method_and_verdict() -> None:
     text = render({"g/gcn": {"target": 0.8, "rows": rows, "judge": judge(rows), "adaptive_widths": {1: 0.5, 2: 0.5}}})
     assert "| g/gcn | 32-bit |" in text and "| g/gcn | 1-bit |" in text and "never; 1/1" in text
     assert "1-bit 50 %, 2-bit 50 %" in text and "yes (+0.00 pp)" in text and "yes (1.50x)" in text
+
+
+def test_noise_points_take_the_largest_exchange_at_the_first_middle_and_last_measured_epoch() -> None:
+    noise = [{"a": {}, "b": {}}, {"a": {"fwd": 1.0, "bwd": 2.0}, "b": {"fwd": 3.0, "bwd": 0.5}},
+             {"a": {"fwd": 4.0, "bwd": 1.0}, "b": {"fwd": 0.0, "bwd": 0.0}}, {"a": {"fwd": 0.5, "bwd": 7.0}}]  # fmt: skip
+    rec = {"ranks": [{"epochs": [{"epoch": i, "noise": n} for i, n in enumerate(noise)]}]}
+    assert noise_points(rec) == {"fwd": [3.0, 4.0, 0.5], "bwd": [2.0, 1.0, 7.0]}, "epoch 0 measured nothing"
+    assert noise_points({"ranks": [{"epochs": [{"epoch": 0}]}]}) == {}
+
+
+def test_the_noise_table_shows_what_eight_bits_gain() -> None:
+    results = {"g/gcn": {"rows": {"b8-sync": {"test": 0.71}, "b1-sync": {"test": 0.70}}}}
+    assert width_gain_pp(results, "g/gcn") == pytest.approx(1.0) and width_gain_pp(results, "g/sage") is None
+    table = render_noise({"g/gcn/cover": {"fwd": [1.0, 2.5, 3.0], "bwd": [0.5, 0.25, 0.125]}}, results)
+    assert "| g/gcn | partial sums | 1 / 2.5 / 3 | 0.5 / 0.25 / 0.125 | +1.00 pp |" in table

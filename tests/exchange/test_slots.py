@@ -130,7 +130,7 @@ def _scales(rank: int, slot: int, epoch: int) -> float:
     return base * (1.5 if slot == 1 and rank == 1 and epoch >= 3 else 1.0) * (rank + 1)
 
 
-def _adaptive_epochs(epochs: int, bound: float = 0.05, sync_at: tuple[int, ...] = ()):
+def _adaptive_epochs(epochs: int, bound: float = 0.05, sync_at: tuple[int, ...] = (), posted: bool = False):
     def rank_fn(rank, wire):
         table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
         table.set_history(True)
@@ -145,8 +145,12 @@ def _adaptive_epochs(epochs: int, bound: float = 0.05, sync_at: tuple[int, ...] 
                 send = torch.full((N, D), _scales(rank, k, epoch))
                 slot = table.slot(k, name, "in", send)
                 halo = table.forward(slot, send, mode, 32, _counts(rank), epoch, g)
-                table.backward(slot, name, -send, mode, 32, _counts(rank), epoch, g)
                 step.append((float(halo[0, 0]), slot.decision if mode == "adaptive" else "sync"))
+            if posted:  # what the exchanger does at the loss: the next decision travels during backward
+                table.post_agreement()
+            for k, name in enumerate(("conv1", "conv2")):
+                table.backward(table.slots[k], name, -torch.full((N, D), _scales(rank, k, epoch)), mode, 32,
+                               _counts(rank), epoch, g)  # fmt: skip
             seen.append(step)
         table.flush()
         return seen, table
@@ -174,6 +178,68 @@ def test_adaptive_runs_a_slot_stale_while_its_rows_barely_move_and_every_rank_ag
     assert drift == pytest.approx(0.01 / 1.03), "epoch 5 decided on the drift from epoch 3 to 4 (the same on both ranks)"
     # the agreement is one 16-byte all-reduce in each of the 5 adaptive epochs, counted as aux traffic
     assert sum(v for (layer, kind), v in t0.wire.meter.total.items() if kind == "aux") == 5 * 2 * 8
+
+
+def test_a_wait_floor_keeps_a_slot_synchronous_unless_every_rank_waited_enough() -> None:
+    """With a wait bound the agreement also carries each slot's share of the step its exchanges waited; a slot goes
+    stale only where the least share over the ranks reaches the bound (what going stale saves on the slowest)."""
+    shares = {0: (0.3, 0.5), 1: (0.2, 0.05)}  # rank -> (slot 0, slot 1)
+
+    def rank_fn(rank, wire):
+        table = SlotTable(wire)
+        table.set_drift_bound(1.0)
+        table.set_wait_bound(0.1)
+        for k, name in enumerate(("conv1", "conv2")):
+            slot = table.slot(k, name, "in", torch.ones(N, D))
+            slot.drift, slot.wait_share = 0.01, shares[rank][k]
+        table.decide(1)
+        return [d for d, _ in table.decisions()], table.waits(), dict(wire.meter.total)
+
+    (d0, w0, m0), (d1, w1, _) = on_wires(2, rank_fn)
+    assert d0 == d1 == ["pipelined", "sync"] and w0 == w1 == [0.2, 0.05]
+    assert m0[("adaptive", "aux")] == 2 * 2 * 8, "drifts and waits: one all-reduce, 8 bytes each per slot"
+
+
+def test_the_wait_share_is_what_a_slots_synchronous_exchanges_waited_of_the_step() -> None:
+    """Rank 1 arrives 0.2 s late at each exchange: rank 0 spends most of its step waiting for it, rank 1 little.
+    A slot's first step is not measured (its peers' first steps are slow for reasons of their own)."""
+    import time
+
+    def rank_fn(rank, wire):
+        table, g = SlotTable(wire), torch.Generator()
+        table.set_drift_bound(0.1)
+        table.set_wait_bound(0.05)
+        shares = []
+        for epoch in range(2):
+            table.start_step()
+            send = torch.ones(N, D)
+            slot = table.slot(0, "conv1", "in", send)
+            if rank == 1:
+                time.sleep(0.2)
+            table.forward(slot, send, "sync", 32, _counts(rank), epoch, g)
+            if rank == 1:
+                time.sleep(0.2)
+            table.backward(slot, "conv1", send, "sync", 32, _counts(rank), epoch, g)
+            table.end_step()
+            shares.append(slot.wait_share)
+        return shares
+
+    late, waits_for_late = on_wires(2, rank_fn)[::-1]
+    assert late[0] == waits_for_late[0] == 0.0, "the first step measures nothing"
+    assert waits_for_late[1] > 0.5 and late[1] < waits_for_late[1] / 2, (waits_for_late, late)
+
+
+def test_an_agreement_posted_after_the_forward_decides_as_one_at_the_epochs_start() -> None:
+    """Posted while backward runs (and superseded by a later step's, or waited for by a flush), the agreement gives
+    the decisions and drifts the blocking one gives, with one all-reduce per step."""
+    (blocking, t_b), _ = _adaptive_epochs(6)
+    (posted, t_p), _ = _adaptive_epochs(6, posted=True)
+    assert posted == blocking and t_p.decisions() == t_b.decisions()
+    aux = sum(v for (layer, kind), v in t_p.wire.meter.total.items() if kind == "aux")
+    assert aux == 6 * 2 * 8, "one 16-byte all-reduce posted in each of the 6 steps"
+    (sync_at, _), _ = _adaptive_epochs(6, sync_at=(3,), posted=True)
+    (sync_at_b, _), _ = _adaptive_epochs(6, sync_at=(3,))
+    assert sync_at == sync_at_b, "a sync epoch's posted agreement is superseded or used as a blocking one would be"
 
 
 def test_adaptive_with_a_tight_bound_is_synchronous_and_sync_epochs_stay_synchronous() -> None:
@@ -245,8 +311,9 @@ def test_adaptive_bytes_are_exactly_the_chosen_widths_within_the_budget() -> Non
                     assert counts[(name, d)] == N * row_nbytes(WD, widths[k][d]), (rank, epoch, name, d)
             train = sum(v for (_, d), v in counts.items() if d in ("fwd", "bwd"))
             assert train <= 1.93 * 4 * N * row_nbytes(WD, 1)
-            # one all-reduce of [slots, directions, 3] float64 per decided epoch, counted as aux traffic
-            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else 2 * 2 * 3 * 8)
+            # one all-reduce per decided epoch, counted as aux traffic: [slots, directions, 3] signals and [slots, 2]
+            # reaches, float64
+            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else (2 * 2 * 3 + 2 * 2) * 8)
 
 
 def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
@@ -260,7 +327,55 @@ def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
 def test_adaptive_width_state_round_trips() -> None:
     (_, table0), _ = _width_epochs(3)
     table0.slots[0].signal = {"fwd": torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)}
+    table0.slots[1].reach = (2.5, 7.0)
     restored = SlotTable(wire=None)  # type: ignore[arg-type]
     restored.set_widths((1, 2, 4, 8), 1.93, ("fwd", "bwd"))
     restored.load_state_dict(table0.state_dict(), torch.device("cpu"))
     assert restored.widths() == table0.widths() and restored.slots[0].signal["fwd"].tolist() == [1.0, 2.0, 3.0]
+    assert restored.slots[1].reach == (2.5, 7.0) and restored.noise() == table0.noise()
+
+
+# the reach each rank gives its two slots: (W, N) of the edges that read them (rank 1's slot 1 has none known)
+REACH = {(0, 0): (3.0, 40.0), (1, 0): (5.0, 60.0), (0, 1): (0.5, 40.0), (1, 1): (0.0, 0.0)}
+
+
+def test_a_target_widens_only_what_reaches_the_outputs_above_it_and_all_ranks_agree() -> None:
+    """Each group's output noise is the codec's bound times its weight from the ranks' summed reaches: W/N for halo
+    rows, n/N for gradients; the width is the narrowest whose noise meets the target (bytes to spare)."""
+    from lightning_halo.exchange.slots import group_weight
+    from lightning_halo.quant.allocate import GroupSignal, output_variance, signal_of
+
+    target, epochs, sent = 0.02, 3, {}
+
+    def rank_fn(rank, wire):
+        table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
+        table.set_widths((1, 2, 4, 8), 8.0, ("fwd", "bwd"), target)
+        seen = []
+        for epoch in range(epochs):
+            table.decide_widths(epoch)
+            seen.append((table.widths(), table.noise()))
+            for k, name in enumerate(("conv1", "conv2")):
+                send = _width_rows(rank, 1, epoch + 10 * k, False)  # spread rows: much relative noise at 1 bit
+                slot = table.slot(k, name, "in", send, reach=REACH[(rank, k)])
+                table.forward(slot, send, "sync", "adaptive", _counts(rank), epoch, g)
+                table.backward(slot, name, 1e-6 * send, "sync", "adaptive", _counts(rank), epoch, g)
+                sent[(rank, epoch, k)] = send
+        return seen
+
+    seen0, seen1 = on_wires(2, rank_fn)
+    assert seen0 == seen1, "every rank takes the same widths and sees the same noise"
+    for epoch in range(1, epochs):
+        for k in range(2):
+            rows = [sent[(r, epoch - 1, k)] for r in range(2)]
+            w = sum(REACH[(r, k)][0] for r in range(2))
+            outputs = sum(REACH[(r, k)][1] for r in range(2))
+            for d, scale in (("fwd", 1.0), ("bwd", 1e-6)):
+                r_, e_ = (sum(v) for v in zip(*(signal_of(scale * x) for x in rows)))
+                g = GroupSignal(r_, e_, 2 * N, WD, 8, group_weight(d, False, 2 * N, w, outputs))
+                want = next((b for b in (1, 2, 4, 8) if output_variance(g, b) <= target), 8)
+                widths, noise = seen0[epoch]
+                assert widths[k][d] == want, (epoch, k, d, widths)
+                assert noise[k][d] == pytest.approx(output_variance(g, want)), (epoch, k, d)
+    # slot 1's rows reach the outputs with W/N = 0.5/40, their gradients with n/N = 6/40, at the same relative
+    # variance: the weights alone separate their widths
+    assert seen0[1][0][1]["fwd"] < seen0[1][0][1]["bwd"], seen0[1][0]

@@ -165,13 +165,45 @@ def test_adaptive_bits_agree_per_node_type_slot() -> None:
     same on every rank, and the epochs after the first choose them from what was sent."""
     data = generated_hetero()
     model = _model("heteroconv(mixed)", data)
-    got = run_threaded_hetero(model, data, 3, _forward, TARGET, bits="adaptive", steps=3)
+    got = run_threaded_hetero(model, data, 3, _forward, TARGET, bits="adaptive", steps=3, options={"bit_target": 0.0})
     widths = [rank["widths"] for rank in got["ranks"]]
     assert widths[0] and all(w == widths[0] for w in widths), widths
     assert any(b > 1 for w in widths[0] for b in w.values()), f"the budget buys wider widths somewhere: {widths[0]}"
     assert len(widths[0]) == len(got["ranks"][0]["slots"]) and any("[" in name for name in got["ranks"][0]["slots"])
     assert torch.isfinite(got["out"]).all()
     assert sum(v for (layer, kind), v in got["ranks"][0]["meter"].items() if layer == "bits" and kind == "aux") > 0
+    noise = [rank["noise"] for rank in got["ranks"]]
+    assert all(n == noise[0] for n in noise) and all(v >= 0 for per in noise[0] for v in per.values()), noise
+
+
+def _brute_reach(edge_index: torch.Tensor, n_dst: int, n_src: int) -> float:
+    """Sum over the edges from a halo source into an inner target of 1/deg(target)^2, one edge at a time."""
+    deg: dict[int, int] = {}
+    for s, d in edge_index.t().tolist():
+        if d < n_dst:
+            deg[d] = deg.get(d, 0) + 1
+    return sum(1.0 / deg[d] ** 2 for s, d in edge_index.t().tolist() if d < n_dst and s >= n_src)
+
+
+def test_adaptive_bits_weigh_each_source_types_halo_by_the_edge_types_that_read_it() -> None:
+    """A node type's halo rows reach the outputs of every edge type they are the source of, each relation
+    aggregating its own in-edges (to_hetero, HeteroConv): its reach sums theirs over its target types' inner nodes."""
+    from lightning_halo.exchange import HaloExchanger
+    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
+
+    data = generated_hetero()
+    parts = build_hetero_partitions(data, assign_hetero_parts(data, 2, partitioner="metis"))
+    seen = 0.0
+    for part in parts:
+        ex = HaloExchanger(None, bits="adaptive")
+        ex.bind(part)
+        for t in part.node_types:
+            read = [e for e in part.edge_types if e[0] == t]
+            w = sum(_brute_reach(part[e].edge_index, int(part[e[-1]].n_inner), int(part[t].n_inner)) for e in read)
+            outputs = sum({e[-1]: int(part[e[-1]].n_inner) for e in read}.values())
+            assert ex.reach(f"in:{t}") == pytest.approx((w, float(outputs))), (part.part_id, t)
+            seen += w
+    assert seen > 0, "the graph must have halo edges"
 
 
 def test_dblp_matches_the_whole_graph() -> None:

@@ -12,8 +12,11 @@ from lightning_halo.quant.allocate import (
     GroupSignal,
     check_bit_budget,
     check_bit_choices,
+    check_bit_target,
     choose_widths,
     group_bytes,
+    halo_reach,
+    output_variance,
     relative_variance,
     signal_of,
 )
@@ -114,3 +117,63 @@ def test_bad_choices_say_what_to_give(choices, match: str) -> None:
 def test_bad_budgets_say_what_it_is(budget) -> None:
     with pytest.raises(ValueError, match="bit_budget"):
         check_bit_budget(budget)
+
+
+# ------------------------------------------------------------------ the variance target and the aggregation's reach
+@pytest.mark.parametrize("target", [0.002, 0.03, 0.3, 3.0])
+def test_with_a_target_each_group_takes_the_narrowest_width_that_meets_it(target: float) -> None:
+    """With bytes to spare, a group above the target is widened to the narrowest width whose output noise is at
+    most the target (or the widest choice), a group at or below it stays at the narrowest: nothing more is bought."""
+    groups = [GroupSignal(r=e * k, e=e, n=n, d=d, weight=w) for e, k, n, d, w in
+              [(10.0, 0.5, 40, 16, 1.0), (0.01, 3.0, 10, 64, 0.2), (5.0, 40.0, 25, 8, 0.05), (1.0, 0.0, 5, 4, 1.0)]]  # fmt: skip
+    widths = choose_widths(groups, (1, 2, 4, 8), budget=100.0, target=target)
+    for g, b in zip(groups, widths):
+        meets = [c for c in (1, 2, 4, 8) if output_variance(g, c) <= target]
+        assert b == (meets[0] if meets else 8), (g, b, target)
+
+
+def test_a_target_never_buys_past_the_budget_and_zero_fills_it() -> None:
+    groups = _groups(3)
+    for budget in (1.0, 1.5, 2.0):
+        base = sum(group_bytes(g, 1) for g in groups)
+        for target in (0.0, 1e-3, 1e-1):
+            widths = choose_widths(groups, (1, 2, 4, 8), budget, target)
+            assert sum(group_bytes(g, b) for g, b in zip(groups, widths)) <= budget * base
+        assert choose_widths(groups, (1, 2, 4, 8), budget, 0.0) == choose_widths(groups, (1, 2, 4, 8), budget)
+    # the lower the target, the wider (never narrower) every group
+    loose, tight = choose_widths(groups, (1, 2, 4, 8), 4.0, 0.5), choose_widths(groups, (1, 2, 4, 8), 4.0, 0.001)
+    assert all(t >= lo for t, lo in zip(tight, loose)) and tight != loose
+
+
+def test_the_weight_is_what_reaches_the_outputs() -> None:
+    """The same rows, read by a wide mean aggregation (small weight) or landing unscaled (weight 1): only the
+    latter's noise is above the target."""
+    spread, averaged = GroupSignal(r=20.0, e=10.0, n=10, d=16), GroupSignal(r=20.0, e=10.0, n=10, d=16, weight=0.004)
+    assert output_variance(averaged, 1) == pytest.approx(0.004 * relative_variance(spread, 1))
+    assert choose_widths([spread, averaged], (1, 2, 4, 8), 4.0, target=0.01) == [4, 1]  # 2/225 <= 0.01 < 2/9
+
+
+def _brute_reach(edge_index: torch.Tensor, n_inner: int) -> float:
+    deg = [0] * n_inner
+    for _, d in edge_index.t().tolist():
+        if d < n_inner:
+            deg[d] += 1
+    return sum(1.0 / deg[d] ** 2 for s, d in edge_index.t().tolist() if d < n_inner and s >= n_inner)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_halo_reach_sums_the_squared_mean_coefficients_of_halo_edges(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    n_inner, n_halo = 30, 12
+    src = torch.randint(0, n_inner + n_halo, (150,), generator=g)
+    dst = torch.randint(0, n_inner, (150,), generator=g)
+    ei = torch.stack([src, dst])
+    assert halo_reach(ei, n_inner) == pytest.approx(_brute_reach(ei, n_inner))
+    assert halo_reach(ei[:, src < n_inner], n_inner) == 0.0, "no halo edge, no reach"
+    assert halo_reach(torch.empty(2, 0, dtype=torch.long), n_inner) == 0.0
+
+
+@pytest.mark.parametrize("target", [-0.1, float("nan"), float("inf"), "0.01", True])
+def test_bad_targets_say_what_it_is(target) -> None:
+    with pytest.raises(ValueError, match="bit_target"):
+        check_bit_target(target)

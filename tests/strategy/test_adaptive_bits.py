@@ -34,7 +34,8 @@ def test_each_exchange_is_the_codec_at_the_agreed_width_and_bytes_are_exact(tmp_
     """The run equals its single-process replay: the halo rows each rank received in every epoch are, bit for bit,
     the owners' rows encoded at the width all ranks agreed for that layer and direction; the gradients likewise."""
     run_parity([CONFIG], 2, tmp_path, extra=["--steps", str(EPOCHS), "--bits", "adaptive", "--trace",
-                                             "--halo-reduction", "none", "--bit-budget", "1.5"])  # fmt: skip
+                                             "--halo-reduction", "none", "--bit-budget", "1.5",
+                                             "--bit-target", "0"])  # fmt: skip
     recs = load_records(CONFIG, 2, tmp_path)
     widths = recs[0]["widths"]
     assert all(rec["widths"] == widths for rec in recs), "ranks disagree on the widths"
@@ -71,20 +72,22 @@ def test_each_exchange_is_the_codec_at_the_agreed_width_and_bytes_are_exact(tmp_
                     layer = list(widths[epoch])[slot]
                     want = sent.size(0) * row_nbytes(sent.size(1), widths[epoch][layer][direction], sent.dtype)
                     assert counts[(layer, direction)] == want, (q, epoch, layer, direction)
-            # the agreement: one all-reduce of [slots, directions, 3] float64 per epoch after the first
-            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else len(widths[0]) * 2 * 3 * 8)
+            # the agreement: one all-reduce of [slots, directions, 3] signals and [slots, 2] reaches, float64, per
+            # epoch after the first
+            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else len(widths[0]) * (2 * 3 + 2) * 8)
     assert checked == 2 * EPOCHS * 2 * 2
     logged = recs[0]["logged"]
     for layer, per in widths[-1].items():
         for direction, b in per.items():
             assert logged[f"halo/bits/{layer}/{direction}"] == b
+            assert logged[f"halo/noise/{layer}/{direction}"] >= 0
 
 
 @pytest.mark.multiprocess
 def test_adaptive_bits_with_partial_sums_and_adaptive_staleness_on_three_ranks(tmp_path) -> None:
     """Partial sums travel at the agreed widths too, stale epochs included; the run trains (finite, moved)."""
     run_parity([CONFIG], 3, tmp_path, extra=["--steps", str(EPOCHS), "--bits", "adaptive", "--schedule", "adaptive:0.5",
-                                             "--halo-reduction", "cover"])  # fmt: skip
+                                             "--halo-reduction", "cover", "--bit-target", "0"])  # fmt: skip
     recs = load_records(CONFIG, 3, tmp_path)
     assert all(rec["widths"] == recs[0]["widths"] for rec in recs)
     assert all(rec["decisions"] == recs[0]["decisions"] for rec in recs)
@@ -102,6 +105,8 @@ def test_adaptive_bits_with_partial_sums_and_adaptive_staleness_on_three_ranks(t
         (dict(bits="adaptive", grad_bits=3), r"grad_bits=3 is not supported"),
         (dict(bits="adaptive", bit_choices=(1, 3)), r"bit_choices=\[1, 3\] holds 3"),
         (dict(bits="adaptive", bit_budget=0.5), r"bit_budget=0.5 is below 1"),
+        (dict(bits="adaptive", bit_target=-0.1), r"bit_target=-0.1 is below 0"),
+        (dict(bits=2, bit_target=0.05), r"bit_target=0.05 applies to bits='adaptive'"),
         (dict(bits=1, bit_budget=3.0), r"bit_budget=3.0 applies to bits='adaptive' \(or grad_bits='adaptive'\) only"),
         (dict(bits=4, bit_choices=(1, 2)), r"bit_choices=\(1, 2\) applies to bits='adaptive'"),
     ],

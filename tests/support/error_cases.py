@@ -7,7 +7,6 @@ real message), so the documented table cannot drift from the code.
 from __future__ import annotations
 
 import sys
-
 from typing import Callable
 
 import torch
@@ -244,6 +243,8 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("unknown HaloSchedule mode", lambda: HaloSchedule(mode="async"), "unknown mode"),  # type: ignore[arg-type]
         ("sync_every outside pipelined or adaptive mode", lambda: HaloSchedule(mode="sync", sync_every=3), "applies to mode='pipelined' or 'adaptive' only"),
         ("drift_threshold outside adaptive mode", lambda: HaloSchedule(mode="pipelined", drift_threshold=0.1), "applies to mode='adaptive' only"),
+        ("wait_threshold outside adaptive mode", lambda: HaloSchedule(mode="pipelined", wait_threshold=0.1), "wait_threshold applies to mode='adaptive' only"),
+        ("bit_target below 0", lambda: HaloQuantStrategy(bits="adaptive", bit_target=-0.1), "bit_target=-0.1 is below 0"),
         ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
          "halo fwd rows of layer 'conv2' on rank 1"),  # fmt: skip
         ("partition directory: a part file is missing", _in_scratch(lambda: _damaged_partition_dir("missing")),

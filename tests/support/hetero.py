@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -83,9 +84,11 @@ def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
 
 
 def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int | str = 32,
-                        partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync") -> dict:  # fmt: skip
+                        partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync",
+                        options: Optional[dict] = None) -> dict:  # fmt: skip
     """The ranks in threads (as tests.support.threaded.run_threaded), on heterogeneous partitions: the target
-    type's logits in global order, the summed loss and gradients, each rank's traffic and slots."""
+    type's logits in global order, the summed loss and gradients, each rank's traffic and slots. ``options``: more
+    :class:`~lightning_halo.exchange.HaloExchanger` options."""
     import copy
 
     from lightning_halo.exchange import HaloExchanger
@@ -100,7 +103,7 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
 
     def rank_main(r: int) -> dict:
         net = copy.deepcopy(model)
-        ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits)
+        ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits, **(options or {}))
         ctx = LayerContext(ex)
         hooks = install_hooks(net, ctx)
         part = parts[r]
@@ -117,7 +120,8 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
         return {"out": out.detach(), "loss": float(loss.detach()), "ids": part[target].n_id[: part[target].n_inner],
                 "grad": {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None},
                 "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices),
-                "widths": ex.widths() if ex.adaptive_bits else []}  # fmt: skip
+                "widths": ex.widths() if ex.adaptive_bits else [], "noise": ex.width_noise() if ex.adaptive_bits else [],
+                "reach": {k: ex.reach(k) for k in ex.plan_keys()}}  # fmt: skip
 
     results = on_threads(world_size, rank_main, 90)
     n = data[target].num_nodes

@@ -15,12 +15,12 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from tests.support.exit import shutdown
-from tests.support.trainer import quiet_trainer
 from lightning_halo import HaloDataModule, HaloQuantStrategy
+from tests.support.cache import shared_cache
+from tests.support.exit import shutdown
 from tests.support.graphs import graph_by_name
 from tests.support.models import LOSSES, build_any, edges_for, loss_of, node_ids
-from tests.support.cache import shared_cache
+from tests.support.trainer import quiet_trainer
 
 
 class Recorder(L.LightningModule):
@@ -116,8 +116,8 @@ def _schedule(spec):
         return [HaloSchedule(mode="pipelined", sync_every=int(k[0]) if k else None)]
     if mode == "periodic":
         return [HaloSchedule(mode="periodic", refresh_every=int(k[0]))]
-    if mode == "adaptive":
-        return [HaloSchedule(mode="adaptive", drift_threshold=float(k[0]))]
+    if mode == "adaptive":  # adaptive:DRIFT[:WAIT]; without WAIT the drift alone decides (reproducible decisions)
+        return [HaloSchedule(mode="adaptive", drift_threshold=float(k[0]), wait_threshold=float(k[1]) if len(k) > 1 else 0.0)]
     return [HaloSchedule(mode=mode)]
 
 
@@ -150,8 +150,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--bits", type=lambda v: v if v == "adaptive" else int(v), default=32, help="N or adaptive")
     parser.add_argument("--bit-budget", type=float, default=None, help="HaloQuantStrategy(bit_budget=...) (bits=adaptive)")
+    parser.add_argument("--bit-target", type=float, default=None, help="HaloQuantStrategy(bit_target=...) (bits=adaptive)")
     parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | adaptive:THRESHOLD | sync")
+    parser.add_argument("--schedule", default=None, help="pipelined:K | periodic:K | adaptive:DRIFT[:WAIT] | sync")
     parser.add_argument("--trace", action="store_true", help="record rows/gradients of every training exchange")
     parser.add_argument("--eval", action="store_true", help="also run validate/test/predict after fit")
     parser.add_argument("--sparse", action="store_true", help="feed the layers lightning_halo.sparse_adjacency(batch)")
@@ -179,6 +180,7 @@ def main() -> None:
         strategy = HaloQuantStrategy(
             bits=args.bits, scale_loss=LOSSES[args.loss], aggregation=args.aggregation, halo_reduction=args.halo_reduction,
             **({} if args.bit_budget is None else {"bit_budget": args.bit_budget}),
+            **({} if args.bit_target is None else {"bit_target": args.bit_target}),
             ddp_comm_hook=_comm_hook(args.comm_hook, module.rec),
             # PyG's RGATConv leaves parameters unused; a cached SGConv stops its input's gradient after step 1
             find_unused_parameters="RGATConv" in config or "cached" in config,
