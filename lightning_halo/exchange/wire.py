@@ -190,12 +190,7 @@ class Wire:
     def finish(self, pending: Pending) -> Tensor:
         """Wait for ``pending`` (if asynchronous) and return the received rows, decoded."""
         if pending.work is not None:
-            t0 = time.perf_counter()
-            try:
-                pending.work.wait()
-            except RuntimeError as err:
-                raise self.error(err, pending.layer, pending.traffic) from err
-            self.meter.add_wait(time.perf_counter() - t0)
+            self._wait(pending.work, pending.layer, pending.traffic)
             pending.work = None
         if pending.bits == 32:
             return pending.recv
@@ -252,12 +247,7 @@ class Wire:
     def finish_max(self, pending: PendingMax) -> Tensor:
         """Wait for :meth:`post_max` and return the element-wise maximum over the ranks."""
         if pending.work is not None:
-            t0 = time.perf_counter()
-            try:
-                pending.work.wait()
-            except RuntimeError as err:
-                raise self.error(err, pending.layer, "agreement") from err
-            self.meter.add_wait(time.perf_counter() - t0)
+            self._wait(pending.work, pending.layer, "agreement")
             pending.work = None
         if pending.negated:
             pending.values.neg_()
@@ -274,6 +264,15 @@ class Wire:
         except RuntimeError as err:
             raise self.error(err, layer, "sum") from err
         return values
+
+    def _wait(self, work: Work, layer: str, what: str) -> None:
+        """Wait for an asynchronous collective, counting the time as waited; a failure names the layer."""
+        t0 = time.perf_counter()
+        try:
+            work.wait()
+        except RuntimeError as err:
+            raise self.error(err, layer, what) from err
+        self.meter.add_wait(time.perf_counter() - t0)
 
     def error(self, err: Exception, layer: str, what: str) -> HaloExchangeError:
         return HaloExchangeError(
