@@ -97,7 +97,7 @@ class SlotTable:
         self.wait_bound: Optional[float] = None
         self._step_start: Optional[float] = None
         self._agreement: Optional[PendingMax] = None  # the next decision's all-reduce, posted after a forward
-        self._agreed: Optional[list[float]] = None  # ... and its result, where a flush waited for it
+        self._agreed: Optional[Tensor] = None  # ... and its result, where a flush waited for it
         self._decided_epoch = -1
         self.bit_choices: tuple[int, ...] = ()  # adaptive widths: the choices (empty: every width is fixed)
         self.bit_budget = 1.0
@@ -256,8 +256,7 @@ class SlotTable:
         agreed = self._take_agreement()
         if agreed is None:  # nothing posted since the last step (the first one, or a resumed run): agree now
             agreed = self.wire.finish_max(self.wire.post_max(self._decision_values(), "adaptive", async_op=False))
-        n = len(self.slots)
-        values = agreed.tolist() if isinstance(agreed, Tensor) else agreed
+        n, values = len(self.slots), agreed.tolist()
         shares = [-w for w in values[n:]] or [math.inf] * n
         for s, d, w in zip(self.slots, values[:n], shares):
             s.agreed_drift, s.agreed_wait = d, w
@@ -280,7 +279,7 @@ class SlotTable:
         self._take_agreement()  # an earlier step's of this epoch: superseded
         self._agreement = self.wire.post_max(self._decision_values(), "adaptive")
 
-    def _take_agreement(self) -> Optional[Tensor | list[float]]:
+    def _take_agreement(self) -> Optional[Tensor]:
         """The posted agreement's result (waiting for it), or None where none was posted."""
         pending, self._agreement = self._agreement, None
         if pending is not None:
@@ -422,7 +421,7 @@ class SlotTable:
         """Wait for every asynchronous exchange in flight and fold it into its slot (a posted agreement's result is
         kept for the next :meth:`decide`)."""
         if self._agreement is not None:
-            self._agreed = self.wire.finish_max(self._agreement).tolist()
+            self._agreed = self.wire.finish_max(self._agreement)
             self._agreement = None
         for slot in self.slots:
             if slot.fwd_pending is not None:

@@ -92,6 +92,13 @@ def check_bit_choices(choices: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(items))
 
 
+def _check_finite(name: str, value: object, minimum: int) -> None:
+    """``value`` is a finite real number (not a bool), else a ``ValueError`` naming ``name``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
 def check_bit_budget(budget: float) -> float:
     """A byte budget: a finite number ``>= 1`` (a multiple of the bytes at the narrowest width).
 
@@ -101,9 +108,7 @@ def check_bit_budget(budget: float) -> float:
         ...
         ValueError: bit_budget=0.5 is below 1: it is the bytes an adaptive run may move as a multiple of the bytes at its narrowest width (1 keeps every exchange there), e.g. bit_budget=2.0.
     """
-    number = isinstance(budget, (int, float)) and not isinstance(budget, bool)
-    if not number or budget != budget or budget == float("inf"):
-        raise ValueError(f"bit_budget must be a finite number >= 1, got {budget!r}")
+    _check_finite("bit_budget", budget, 1)
     if budget < 1:
         raise ValueError(
             f"bit_budget={budget!r} is below 1: it is the bytes an adaptive run may move as a multiple of the bytes at "
@@ -218,9 +223,7 @@ def check_bit_target(target: float) -> float:
         ...
         ValueError: bit_target=-1 is below 0: it is the noise the halos may add to a layer's output, relative to its energy (0: none, widen within bit_budget), e.g. bit_target=0.05.
     """
-    number = isinstance(target, (int, float)) and not isinstance(target, bool)
-    if not number or target != target or target == float("inf"):
-        raise ValueError(f"bit_target must be a finite number >= 0, got {target!r}")
+    _check_finite("bit_target", target, 0)
     if target < 0:
         raise ValueError(
             f"bit_target={target!r} is below 0: it is the noise the halos may add to a layer's output, relative to its "
