@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2, help="processes per node")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--bits", type=int, default=1, choices=[1, 2, 4, 8, 32])
-    parser.add_argument("--conv", default="sage", choices=["sage", "gat", "hgt"])
+    parser.add_argument("--conv", default="sage", choices=["sage", "gat", "hgt", "han"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -103,7 +103,7 @@ def main() -> None:
     dm = HaloDataModule(load(args.data))
     model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
                                  hidden_channels=args.hidden, conv=args.conv)  # fmt: skip
-    strategy = HaloQuantStrategy(bits=args.bits, find_unused_parameters=args.conv == "hgt")
+    strategy = HaloQuantStrategy(bits=args.bits, find_unused_parameters=args.conv in ("hgt", "han"))
     trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=args.devices, max_epochs=args.epochs,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[EpochPrinter()])  # fmt: skip

@@ -23,7 +23,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_halo._compat.lightning import StrategyRegistryType, compiled_by_trainer, stop_launched_ranks
+from lightning_halo._compat.lightning import (
+    StrategyRegistryType,
+    compiled_by_trainer,
+    step_output_redirection,
+    stop_launched_ranks,
+)
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.exchange.current import release_exchanger, use_exchanger
 from lightning_halo.layers.batchnorm import BatchNormHook
@@ -280,6 +285,7 @@ class HaloQuantStrategy(DDPStrategy):
         if ddp_comm_hook is not None and not callable(ddp_comm_hook):
             raise TypeError(f"ddp_comm_hook must be a DDP communication hook (a callable), got {ddp_comm_hook!r}")
         self._comm_hook = (ddp_comm_hook, ddp_comm_state, ddp_comm_wrapper)
+        self._forward_redirection = step_output_redirection(self._tie_step_output)
         self.scale_loss: LossScaling = check_scale_loss(scale_loss)
         self.halo_timeout = float(halo_timeout)
         self.num_threads = num_threads
@@ -561,6 +567,15 @@ class HaloQuantStrategy(DDPStrategy):
                 "training_step returned None, which skips backward on this rank while its peers wait for its halo "
                 "gradients. Return a loss on every rank (a partition without train nodes still returns its loss)."
             )
+        return out
+
+    def _tie_step_output(self, out: STEP_OUTPUT) -> STEP_OUTPUT:
+        """The training step's loss tied to its fetched halos, inside DDP's forward (see
+        :func:`~lightning_halo._compat.lightning.step_output_redirection`); backward ties what is left."""
+        if isinstance(out, Tensor):
+            return self.exchanger.tie_halos(out)
+        if isinstance(out, dict) and isinstance(out.get("loss"), Tensor):
+            return {**out, "loss": self.exchanger.tie_halos(out["loss"])}
         return out
 
     @override

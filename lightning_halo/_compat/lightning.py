@@ -37,3 +37,35 @@ def compiled_by_trainer(module: Any) -> bool:
     module's ``_compiler_ctx``, re-applying it after the strategy's setup.
     """
     return getattr(module, "_compiler_ctx", None) is not None
+
+
+def step_output_redirection(tie: Any) -> Any:
+    """Lightning's redirection of ``training_step`` through the DDP wrapper's ``forward``, with ``tie``
+    applied to the step's output *inside* that forward.
+
+    DDP with ``find_unused_parameters=True`` marks as unused every parameter its forward output
+    does not reach, and fails if backward then reaches one ("marked ready twice"). lightning-halo
+    ties the step's fetched halos into the loss so that backward runs every exchange on every
+    rank; tied here, DDP sees what backward will reach. Other methods (validation, predict) are
+    redirected unchanged.
+    """
+    from lightning.pytorch.strategies.strategy import _ForwardRedirection
+
+    class _TiedStepOutput(_ForwardRedirection):
+        def __call__(self, wrapper_module: Any, original_module: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
+            if method_name != "training_step":
+                return super().__call__(wrapper_module, original_module, method_name, *args, **kwargs)
+            original_forward = original_module.forward
+
+            def wrapped_forward(*_args: Any, **_kwargs: Any) -> Any:
+                original_module.forward = original_forward  # as Lightning's: unpatched before the step runs
+                out = tie(original_module.training_step(*_args, **_kwargs))
+                self.on_after_inner_forward(wrapper_module, original_module)
+                return out
+
+            original_module.forward = wrapped_forward
+            out = wrapper_module(*args, **kwargs)
+            self.on_after_outer_forward(wrapper_module, original_module)
+            return out
+
+    return _TiedStepOutput()

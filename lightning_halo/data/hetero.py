@@ -49,7 +49,7 @@ from lightning_halo.data.partition_dir import (
     part_name,
     read_manifest,
 )
-from lightning_halo.data.validation import GraphValidationError, infer_num_classes
+from lightning_halo.data.validation import GraphValidationError, infer_num_classes, is_hetero
 from lightning_halo.partition.hetero import (
     HeteroGraphError,
     HeteroHaloPartition,
@@ -399,10 +399,18 @@ def format_hetero_stats(stats: dict[str, Any], title: str) -> list[str]:
 
 
 def open_hetero(source: Any) -> Optional[Any]:
-    """The heterogeneous graph behind a path (a ``torch.save``'d HeteroData or a heterogeneous graph directory),
-    or ``None`` if the path holds something else (a homogeneous graph, a partition directory, a name)."""
+    """The heterogeneous graph behind a path (a ``torch.save``'d HeteroData or a heterogeneous graph directory)
+    or a ``pyg:`` spec of a heterogeneous class, or ``None`` if it is something else (a homogeneous graph, a
+    partition directory, a name)."""
     if not isinstance(source, (str, os.PathLike)):
         return None
+    from lightning_halo.data.pyg_datasets import PREFIX, load_pyg_dataset, may_be_heterogeneous
+
+    if str(source).startswith(PREFIX) and not Path(source).exists():
+        if not may_be_heterogeneous(str(source)):
+            return None
+        data = load_pyg_dataset(str(source))
+        return data if is_hetero(data) else None
     path = Path(source)
     if path.is_file():
         return load_hetero_file(path)

@@ -1,4 +1,4 @@
-"""Load PyG dataset classes from a local, read-only folder (no download), as a training-ready Data."""
+"""Load PyG dataset classes from a local, read-only folder (no download), as a training-ready Data or HeteroData."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 from urllib.parse import parse_qs
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from lightning_halo.data.validation import GraphValidationError
 from lightning_halo.partition.options import MASK_KEYS
@@ -20,7 +20,7 @@ from lightning_halo.partition.options import MASK_KEYS
 PREFIX = "pyg:"
 
 
-def load_pyg_dataset(spec: str) -> Data:
+def load_pyg_dataset(spec: str) -> Union[Data, HeteroData]:
     r"""Load ``pyg:<Class>:<root>[:<name>][?split=<k>&seed=<s>]`` from local raw files.
 
     ``<Class>`` is a class in :mod:`torch_geometric.datasets` (``Planetoid``,
@@ -29,7 +29,9 @@ def load_pyg_dataset(spec: str) -> Data:
     dataset name. The raw files are copied to a temporary folder first, so a read-only root
     works. Masks with several splits (``[N, k]``) are reduced to split ``k`` (default 0); a
     graph without masks gets a seeded 50/25/25 split of its labelled nodes (``y >= 0``), as in
-    the LINKX benchmarks.
+    the LINKX benchmarks. A heterogeneous class (``DBLP``, ``IMDB``, ``OGB_MAG``, ``HGBDataset``,
+    ...) gives a :class:`~torch_geometric.data.HeteroData`, its masks treated so on every node
+    type with ``y``.
 
     Example:
         >>> load_pyg_dataset("pyg:Planetoid:../shared/datasets:CiteSeer")  # doctest: +SKIP
@@ -40,13 +42,9 @@ def load_pyg_dataset(spec: str) -> Data:
     parts = body.split(":")
     if len(parts) not in (2, 3):
         raise GraphValidationError(f"{spec!r}: expected pyg:<Class>:<root>[:<name>], e.g. pyg:Planetoid:data:Cora")
-    cls_name, root = parts[0], Path(parts[1])
+    root = Path(parts[1])
     name = parts[2] if len(parts) == 3 else None
-    import torch_geometric.datasets as pyg_datasets
-
-    cls = getattr(pyg_datasets, cls_name, None)
-    if cls is None:
-        raise GraphValidationError(f"{spec!r}: torch_geometric.datasets has no class {cls_name!r}")
+    cls = _dataset_class(spec)
     if not root.is_dir():
         raise GraphValidationError(f"{spec!r}: {root} is not a directory")
     with tempfile.TemporaryDirectory(prefix="lightning-halo-") as tmp:
@@ -59,7 +57,34 @@ def load_pyg_dataset(spec: str) -> Data:
                     shutil.copytree(root / sub, Path(tmp) / sub)
             dataset = _quietly(cls, tmp, name)
         data = dataset[0]
-    return _normalise_masks(data, split=int(options.get("split", 0)), seed=int(options.get("seed", 0)))
+    split, seed = int(options.get("split", 0)), int(options.get("seed", 0))
+    if isinstance(data, HeteroData):
+        for store in data.node_stores:
+            if "y" in store:
+                _normalise_masks(store, split, seed)
+        return data
+    return _normalise_masks(data, split, seed)
+
+
+def _dataset_class(spec: str) -> type:
+    import torch_geometric.datasets as pyg_datasets
+
+    cls_name = spec[len(PREFIX) :].partition("?")[0].split(":")[0]
+    cls = getattr(pyg_datasets, cls_name, None)
+    if cls is None:
+        raise GraphValidationError(f"{spec!r}: torch_geometric.datasets has no class {cls_name!r}")
+    return cls
+
+
+def may_be_heterogeneous(spec: str) -> bool:
+    """Whether the class of a ``pyg:`` spec can build a :class:`~torch_geometric.data.HeteroData` (its source
+    names it), so the data module loads it up front to tell; the others are loaded where they are needed."""
+    import inspect
+
+    try:
+        return "HeteroData" in inspect.getsource(_dataset_class(spec))
+    except (OSError, TypeError):  # no source to read: load it to tell
+        return True
 
 
 def _quietly(cls: type, *args: str) -> Any:
@@ -74,7 +99,8 @@ def _quietly(cls: type, *args: str) -> Any:
         sys.stderr.write("".join(line for line in lines if line.strip() not in ("Processing...", "Done!")))
 
 
-def _normalise_masks(data: Data, split: int, seed: int) -> Data:
+def _normalise_masks(data: Any, split: int, seed: int) -> Any:
+    """A Data's (or one node type's) masks as one split: ``[N, k]`` masks reduced to ``split``, absent ones drawn."""
     if all(k in data for k in MASK_KEYS):
         for k in MASK_KEYS:
             if data[k].dim() == 2:

@@ -489,10 +489,15 @@ class HaloExchanger:
         In an adaptive run it also posts the next epoch's agreement
         (:meth:`~lightning_halo.exchange.slots.SlotTable.post_agreement`), which travels during backward.
         """
-        anchors = [a for a in self._anchors if a.requires_grad]
-        self._anchors.clear()
         if self._training:  # adaptive staleness: the next decision's all-reduce travels while backward runs
             self._slots.post_agreement()
+        return self.tie_halos(loss)
+
+    def tie_halos(self, loss: Tensor) -> Tensor:
+        """``loss`` tied (with weight zero) to every halo fetched since the last tie; the strategy ties the
+        training step's output inside DDP's forward already, so that DDP sees what backward reaches."""
+        anchors = [a for a in self._anchors if a.requires_grad]
+        self._anchors.clear()
         for a in anchors:
             loss = loss + a.reshape(-1)[:0].sum()  # exactly 0 (even if a held inf), but connected
         return loss

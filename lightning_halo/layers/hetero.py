@@ -9,18 +9,26 @@ with their halo rows appended, and its output is read on the inner rows only:
   a ``"bipartite"`` layer runs as ``layer((x_src ++ halo_src, x_dst), edge_index)``; a
   ``"full"`` layer of a relation within one type runs on ``x ++ halo`` and its output is cut
   back to the inner rows (:func:`relation_call`);
-* every type at once (``HGTConv``, kind ``"types"``): each source type's ``x`` gets its halo
-  rows, each output is cut back to its type's inner rows (:func:`types_call`).
+* every type at once (``HGTConv``, ``HANConv``, kind ``"types"``): each source type's ``x`` gets
+  its halo rows, each output is cut back to its type's inner rows (:func:`types_call`);
+  ``HANConv``'s semantic attention, a mean over every node of a type, is summed over all ranks
+  (:mod:`lightning_halo.layers.semantic`).
 
 A source type's halo is fetched once per tensor and step (:class:`TypeFetches`), however many
 relations read it: ``to_hetero`` and ``HeteroConv`` hand the same ``x_dict[src]`` to every edge
 type that starts at ``src``. Rows may also be given for every local node (inner and halo, e.g.
 ``emb[t](batch[t].n_id)`` for a type without features): they need no exchange.
 
-Refused, with the reason: layers that normalise with the degrees of their sources or propagate
-several times (kinds ``"gcn"`` and ``"steps"``: their halo nodes' degrees and intermediate rows
-would have to travel per relation, not implemented yet), an edge set that is none of the
-partition's edge types, and rows of another count than the type's inner or local nodes.
+A layer that normalises with the degrees of its sources (kind ``"gcn"``: ``GCNConv``,
+``LGConv``) runs on a relation within one type, as PyG allows it: its weights are computed on the
+relation's local edges, each halo node's degree *in that relation* coming from its owner (one
+32-bit exchange of a degree vector through the type's plan, kept per partition, relation and
+edge weights), and its own normalisation is switched off for the call (:func:`relation_call`).
+
+Refused, with the reason: layers that propagate several times (kind ``"steps"``: intermediate
+rows would have to travel per relation, not implemented yet), a ``"gcn"`` layer between two
+types, an edge set that is none of the partition's edge types, and rows of another count than
+the type's inner or local nodes.
 """
 
 from __future__ import annotations
@@ -32,18 +40,21 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from lightning_halo.layers.registry import LayerSpec, UnsupportedLayerError
+from lightning_halo.layers.batchnorm import AllSum
+from lightning_halo._compat.pyg import switch_off
+from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
+from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
 from lightning_halo.partition.halo_partition import stacked_view
 from lightning_halo.partition.hetero import EdgeType, HeteroHaloPartition
 
 #: ``fetch(rows, node_type, group)``: the halo rows ``[n_halo_t, ...]`` of ``rows`` ``[n_inner_t, ...]``.
 TypeFetch = Callable[[Tensor, str, str], Tensor]
+#: ``normalize(layer, edge_type, edge_index, edge_weight, norm, dtype)``: the relation's normalised local edges
+#: ``(edge_index, weights)`` (the halo nodes' degrees from their owners).
+RelationNorm = Callable[[str, EdgeType, Tensor, Optional[Tensor], Normalization, torch.dtype], tuple[Tensor, Tensor]]
 
 #: Why relation calls of these kinds are refused on heterogeneous partitions.
 _KIND_REFUSALS = {
-    "gcn": "it normalises with the degrees of its sources, whose halo nodes' degrees would have to come from their "
-    "owners per relation (not implemented for heterogeneous partitions yet); GraphConv, SAGEConv or GATConv run "
-    "exactly, or normalise the edge weights yourself before partitioning and pass them as edge_weight to GraphConv",
     "steps": "it propagates several times in one call, each step reading rows that would have to be fetched per "
     "relation (not implemented for heterogeneous partitions yet); stack single-propagation layers instead",
 }
@@ -58,6 +69,8 @@ class HeteroRunning:
     keep_rows: Optional[int] = None  # a tensor output: its first rows (None: as it is)
     keep_types: Optional[dict[str, int]] = None  # a dict output: each type's first rows
     max_propagations: Optional[int] = 1
+    semantic: Optional[SemanticCall] = None  # HANConv: its semantic attention over every rank's nodes
+    restore: Optional[tuple[str, Any]] = None  # a normalising layer's own flag, switched off for the call
 
 
 def _group(name: str) -> str:
@@ -115,7 +128,7 @@ def _edge_type(edge_index: Any, part: HeteroHaloPartition, layer: str, world_siz
 
 def relation_call(
     name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, world_size: int,
-    fetch: TypeFetch,
+    fetch: TypeFetch, normalize: RelationNorm,
 ) -> Optional[HeteroRunning]:  # fmt: skip
     """Rewrite ``arguments`` (``x`` and ``edge_index`` of one relation) for the partition; ``None`` leaves the
     call as it is (one process, edges of the user's own)."""
@@ -131,6 +144,8 @@ def relation_call(
     src, _, dst = edge_type
     x = arguments["x"]
     pair = isinstance(x, (tuple, list))
+    if spec.kind == "gcn":
+        return _normalised_call(name, module, spec, arguments, part, edge_type, pair, fetch, normalize)
     x_src, x_dst = (x[0], x[1]) if pair else (x, x)
     feed = spec.feed_for(module) if spec.feed_for is not None else spec.kind
     group = _group(name)
@@ -160,10 +175,52 @@ def relation_call(
     return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module))
 
 
+def _normalised_call(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, edge_type: EdgeType,
+    pair: bool, fetch: TypeFetch, normalize: RelationNorm,
+) -> HeteroRunning:  # fmt: skip
+    """A ``"gcn"`` layer on a relation within one type: ``x ++ halo``, the relation's normalised edges, the
+    layer's own normalisation off, the output cut to the inner rows."""
+    cls = type(module).__name__
+    src, _, dst = edge_type
+    if pair or src != dst:
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({cls}) runs on the relation {edge_type} between two node types, but it normalises with "
+            "the degrees of one node set and takes one tensor (PyG has no bipartite form of it); use it on a relation "
+            "within one type, or SAGEConv, GraphConv or GATConv(add_self_loops=False) between types"
+        )
+    x = arguments["x"]
+    n_inner = int(part[src].n_inner)
+    if x is None:
+        raise UnsupportedLayerError(f"layer '{name}' ({cls}) was called without node features")
+    full = _with_halo(x, _rows(x, src, part, name, "rows"), src, _group(name), fetch)
+    arguments["x"] = full
+    norm = spec.norm(module, arguments) if spec.norm is not None else None
+    restore = None
+    if norm is not None:
+        weight = arguments.get(spec.weight_arg) if spec.weight_arg is not None else None
+        if getattr(module, "flow", "source_to_target") != "source_to_target":
+            raise UnsupportedLayerError(f"layer '{name}' ({cls}): flow='target_to_source' on a relation is not supported")
+        if weight is not None and weight.requires_grad:
+            raise UnsupportedLayerError(
+                f"layer '{name}' ({cls}): learned edge weights with a normalisation would need gradients of remote "
+                "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
+            )
+        ei, w = normalize(name, edge_type, arguments["edge_index"], weight, norm, full.dtype)
+        arguments["edge_index"] = ei
+        arguments[spec.weight_arg or "edge_weight"] = w
+        if spec.switch is None:
+            raise UnsupportedLayerError(f"layer '{name}' ({cls}) normalises without a flag to switch it off")
+        restore = (spec.switch, switch_off(module, spec.switch))  # our weights are final already
+    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), restore=restore)
+
+
 def types_call(
-    name: str, module: Module, arguments: dict, part: HeteroHaloPartition, world_size: int, fetch: TypeFetch
-) -> Optional[HeteroRunning]:
-    """Rewrite ``arguments`` (``x_dict`` and ``edge_index_dict``) of a ``"types"`` layer for the partition."""
+    name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, world_size: int,
+    fetch: TypeFetch, all_sum: AllSum,
+) -> Optional[HeteroRunning]:  # fmt: skip
+    """Rewrite ``arguments`` (``x_dict`` and ``edge_index_dict``) of a ``"types"`` layer for the partition; a
+    ``HANConv`` call also gets its global semantic attention (:mod:`lightning_halo.layers.semantic`)."""
     cls = type(module).__name__
     x_dict, edge_index_dict = arguments.get("x_dict"), arguments.get("edge_index_dict")
     if not isinstance(x_dict, dict) or not isinstance(edge_index_dict, dict):
@@ -183,7 +240,10 @@ def types_call(
         keep[node_type] = int(part[node_type].n_inner)
         out[node_type] = _with_halo(x, inner, node_type, name, fetch) if node_type in sources and x is not None else x
     arguments["x_dict"] = out
-    return HeteroRunning(name, cls, None, keep, 1)
+    semantic = None
+    if uses_semantic_attention(module):
+        semantic = SemanticCall(name, cls, list(out), keep, all_sum)
+    return HeteroRunning(name, cls, None, keep, _propagations(spec, module), semantic)
 
 
 def check_propagation(running: HeteroRunning, count: int) -> None:
@@ -198,11 +258,18 @@ def check_propagation(running: HeteroRunning, count: int) -> None:
 
 
 def cut_output(running: HeteroRunning, output: Any) -> Any:
-    """The output read on the inner rows (``None``: unchanged)."""
-    if running.keep_types is not None and isinstance(output, dict):
-        return {t: (v[: running.keep_types[t]] if isinstance(v, Tensor) and t in running.keep_types else v)
-                for t, v in output.items()}  # fmt: skip
+    """The output read on the inner rows (``None``: unchanged); a dict of types, or a tuple led by one
+    (``HANConv(..., return_semantic_attention_weights=True)``), is cut per type."""
+    if running.keep_types is not None:
+        if isinstance(output, dict):
+            return _cut_types(output, running.keep_types)
+        if isinstance(output, tuple) and output and isinstance(output[0], dict):
+            return (_cut_types(output[0], running.keep_types), *output[1:])
     return first_rows(output, running.keep_rows)
+
+
+def _cut_types(output: dict, keep: dict[str, int]) -> dict:
+    return {t: (v[: keep[t]] if isinstance(v, Tensor) and t in keep else v) for t, v in output.items()}
 
 
 def first_rows(output: Any, keep: Optional[int]) -> Any:

@@ -39,9 +39,11 @@ from lightning_halo.layers.hetero import (
 )
 from lightning_halo.layers.propagate import count_propagation, step_inputs
 from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
+from lightning_halo.layers.normalize import gcn_weights
 from lightning_halo.layers.registry import (
     COMPILE_REFUSAL,
     LayerSpec,
+    Normalization,
     UnsupportedLayerError,
     clear_caches,
     layer_spec,
@@ -81,9 +83,11 @@ class LayerContext:
         self.warn_once = WarnOnce()
         self.hetero: Optional[HeteroHaloPartition] = None
         self._type_halos = TensorMemo(limit=256)  # a source type's halo per tensor and step (layers.hetero)
+        self._relation_norms = TensorMemo(limit=64)  # a relation's normalised edges per edge weights (layers.hetero)
 
     def bind(self, part: HaloPartition | HeteroHaloPartition) -> None:
         self._type_halos.clear()
+        self._relation_norms.clear()
         if isinstance(part, HeteroHaloPartition):
             self.edges, self.hetero = None, part
         else:
@@ -93,6 +97,7 @@ class LayerContext:
         """Let go of the bound partition's edges (at teardown)."""
         self.edges, self.hetero = None, None
         self._type_halos.clear()
+        self._relation_norms.clear()
 
     def record(self, layer: str, how: str) -> None:
         """Note how ``layer`` ran (the strategy prints each change once, on rank 0)."""
@@ -131,6 +136,29 @@ class LayerContext:
             halo = self.exchanger.fetch(x_inner, f"{group}[{node_type}]", direction=type_plan_key(node_type))  # type: ignore[arg-type]
             hit = self._type_halos.put(key, (x_inner,), halo)
         return hit
+
+
+    def relation_norm(
+        self, layer: str, edge_type: tuple[str, str, str], edge_index: Tensor, weight: Optional[Tensor],
+        norm: Normalization, dtype: torch.dtype,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """A relation's normalised local edges (within one type): its halo nodes' degrees in the relation come
+        from their owners through the type's plan (32 bits, ``aux`` traffic); kept per relation and weights."""
+        if norm.rule != "gcn":
+            raise UnsupportedLayerError(f"layer '{layer}': a {norm.rule!r} normalisation on a relation is not supported")
+        key = ("norm", tuple(edge_type), norm, dtype)
+        hit = self._relation_norms.get(key, (edge_index, weight))
+        if hit is not None:
+            return hit
+        plan = self.exchanger.plan(type_plan_key(edge_type[0]))
+        assert self.hetero is not None
+        n_inner, n_local = int(self.hetero[edge_type[0]].n_inner), int(self.hetero[edge_type[0]].num_nodes)
+        with torch.no_grad():
+            out = gcn_weights(
+                edge_index, weight, n_inner, n_local, improved=norm.improved, add_self_loops=norm.add_self_loops,
+                to_halo=lambda v: self.collectives.to_halo(v, plan, f"{layer}[{edge_type[0]}]"), dtype=dtype,
+            )  # fmt: skip
+        return self._relation_norms.put(key, (edge_index, weight), out)
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -267,13 +295,19 @@ class LayerHook:
         ctx = self.ctx
         world = ctx.exchanger.world_size
         if self.kind == "types":
-            running = types_call(self.name, module, bound.arguments, part, world, ctx.fetch_type)
+            running = types_call(
+                self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type, ctx.collectives.all_sum
+            )
         else:
-            running = relation_call(self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type)
+            running = relation_call(
+                self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type, ctx.relation_norm
+            )
         self._stack.append(running)
         if running is None:
             return None
         self._hetero_propagations = 0
+        if running.semantic is not None:
+            running.semantic.open()
         ctx.record(self.name, HETERO_CALL)
         return bound.args, bound.kwargs
 
@@ -330,6 +364,10 @@ class LayerHook:
         if running is None:
             return None
         if isinstance(running, HeteroRunning):
+            if running.restore is not None:
+                restore(module, *running.restore)
+            if running.semantic is not None:
+                running.semantic.close(failed=output is None)  # None: the forward raised (always_call)
             return cut_output(running, output)
         if running.restore is not None:
             restore(module, *running.restore)

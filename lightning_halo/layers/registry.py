@@ -11,14 +11,17 @@ list complete). How a supported layer is fed on a partition (its *kind*):
 * ``"steps"``: the layer propagates several times in one call (APPNP, SGConv, ChebConv, ...):
   it is called on the inner rows, and before *every* propagation the halo rows of what it
   propagates are fetched from their owners, as if the steps were stacked layers;
-* ``"types"``: a heterogeneous layer called on dicts of node and edge types (``HGTConv``), on
-  heterogeneous partitions only: every source type's rows get their halo rows, every output is
-  cut back to its type's inner rows (:mod:`lightning_halo.layers.hetero`).
+* ``"types"``: a heterogeneous layer called on dicts of node and edge types (``HGTConv``,
+  ``HANConv``), on heterogeneous partitions only: every source type's rows get their halo rows,
+  every output is cut back to its type's inner rows (:mod:`lightning_halo.layers.hetero`);
+  ``HANConv``'s semantic attention averages over every rank's nodes
+  (:mod:`lightning_halo.layers.semantic`).
 
 On a heterogeneous partition, the per-edge-type calls of ``to_hetero`` models and ``HeteroConv``
 run ``"bipartite"`` layers as ``layer((x_src ++ halo_src, x_dst), edge_index)`` and ``"full"``
-layers of a relation within one type as above; ``"gcn"`` and ``"steps"`` layers are refused
-there, with the reason (:mod:`lightning_halo.layers.hetero`).
+and ``"gcn"`` layers of a relation within one type as above (the halo nodes' degrees in that
+relation from their owners); ``"steps"`` layers are refused there, with the reason
+(:mod:`lightning_halo.layers.hetero`).
 
 Each supported class also declares how many ``propagate`` calls one forward makes (more is
 refused: a multi-hop layer registered as single-step would read halo rows that nobody
@@ -237,6 +240,9 @@ _BUILTIN_SPECS: dict[str, LayerSpec] = {
     ),
     "FiLMConv": LayerSpec("bipartite", propagations=_relations),
     "HGTConv": LayerSpec("types"),
+    # one propagation per metapath, each reading the exchanged input; its semantic attention is made global
+    # (lightning_halo.layers.semantic)
+    "HANConv": LayerSpec("types", propagations=None),
     "RGCNConv": LayerSpec("bipartite", propagations=_relations),
     "FastRGCNConv": LayerSpec("bipartite"),
     "RGATConv": LayerSpec("full"),
@@ -319,9 +325,6 @@ _BUILTIN_REFUSED: dict[str, str] = {
     "SignedConv": "it takes separate positive and negative edge sets",
     "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
     "PANConv": "it builds path matrices over the whole graph with torch-sparse",
-    "HANConv": "its semantic attention weighs each metapath by a mean over all nodes of the target type (global "
-    "attention), which a partition does not hold; HGTConv, or to_hetero / HeteroConv with GATConv on the metapath "
-    "edge types (T.AddMetaPaths), are exact",
     "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings); RGCNConv or "
     "RGATConv with edge_type are exact",
     "MeshCNNConv": "it convolves mesh edges, not nodes",

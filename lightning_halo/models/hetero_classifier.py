@@ -1,4 +1,5 @@
-"""A ready node-classification LightningModule for heterogeneous graphs: ``to_hetero`` (SAGE, GAT) or ``HGTConv``."""
+"""A ready node-classification LightningModule for heterogeneous graphs: ``to_hetero`` (SAGE, GAT), ``HGTConv`` or
+``HANConv``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing_extensions import override
 
 from lightning_halo.partition.hetero import local_features
 
-HeteroConvKind = Literal["sage", "gat", "hgt"]
+HeteroConvKind = Literal["sage", "gat", "hgt", "han"]
 EdgeType = tuple[str, str, str]
 
 
@@ -46,8 +47,11 @@ class HeteroNodeClassifier(pl.LightningModule):
     ``to_hetero`` builds, `Schlichtkrull et al. <https://arxiv.org/abs/1703.06103>`_), keeping
     only the relations whose messages reach the target type (:func:`needed_relations`: DDP
     refuses weights without gradient); ``conv="hgt"`` stacks
-    :class:`~torch_geometric.nn.conv.HGTConv` (`Hu et al. <https://arxiv.org/abs/2003.01332>`_),
-    whose last layer updates every type: train it with ``find_unused_parameters=True``. A node
+    :class:`~torch_geometric.nn.conv.HGTConv` (`Hu et al. <https://arxiv.org/abs/2003.01332>`_)
+    and ``conv="han"`` :class:`~torch_geometric.nn.conv.HANConv` (`Wang et al.
+    <https://arxiv.org/abs/1903.07293>`_: each edge type a metapath, e.g. made with
+    ``T.AddMetaPaths`` before the data module), whose last layer updates every type: train them
+    with ``find_unused_parameters=True``. A node
     type without features gets a learned embedding looked up by ``batch[type].n_id`` (on a
     partition: its inner and halo nodes; on one process every node), exact on partitions too.
 
@@ -70,8 +74,9 @@ class HeteroNodeClassifier(pl.LightningModule):
         target (str, optional): the labelled node type (``HaloDataModule.labelled_type``). (default: ``None``)
         hidden_channels (int, optional): hidden size. (default: ``64``)
         num_layers (int, optional): message-passing layers. (default: ``2``)
-        conv (str, optional): ``"sage"``, ``"gat"`` or ``"hgt"``. (default: ``"sage"``)
-        heads (int, optional): attention heads of ``"gat"`` and ``"hgt"`` (divides ``hidden_channels``). (default: ``2``)
+        conv (str, optional): ``"sage"``, ``"gat"``, ``"hgt"`` or ``"han"``. (default: ``"sage"``)
+        heads (int, optional): attention heads of ``"gat"``, ``"hgt"`` and ``"han"`` (divides ``hidden_channels``).
+            (default: ``2``)
         dropout (float, optional): dropout between layers. (default: ``0.5``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
@@ -103,8 +108,8 @@ class HeteroNodeClassifier(pl.LightningModule):
         weight_decay: float = 5e-4,
     ) -> None:
         super().__init__()
-        if conv not in ("sage", "gat", "hgt"):
-            raise ValueError(f"conv must be 'sage', 'gat' or 'hgt', got {conv!r}")
+        if conv not in ("sage", "gat", "hgt", "han"):
+            raise ValueError(f"conv must be 'sage', 'gat', 'hgt' or 'han', got {conv!r}")
         if conv != "sage" and hidden_channels % heads:
             raise ValueError(f"hidden_channels={hidden_channels} must be a multiple of heads={heads}")
         self.save_hyperparameters()
@@ -144,13 +149,14 @@ class HeteroNodeClassifier(pl.LightningModule):
             raise ValueError(f"num_features and num_nodes must name every node type; missing {missing}")
         self.target = target
         self.meta = (node_types, edge_types)
-        layers = needed_relations(edge_types, target, h.num_layers) if conv != "hgt" else [edge_types]  # type: ignore[arg-type]
-        read = {t for e in layers[0] for t in (e[0], e[2])} if conv != "hgt" else set(node_types)
+        every_type = conv in ("hgt", "han")  # one layer over all types
+        layers = [edge_types] if every_type else needed_relations(edge_types, target, h.num_layers)  # type: ignore[arg-type]
+        read = set(node_types) if every_type else {t for e in layers[0] for t in (e[0], e[2])}
         self.inputs = nn.ModuleDict({
             t: nn.Linear(num_features[t], hidden) if num_features[t] else nn.Embedding(num_nodes[t], hidden)
             for t in node_types if t in read
         })  # fmt: skip
-        from torch_geometric.nn import GATConv, HeteroConv, HGTConv, SAGEConv
+        from torch_geometric.nn import GATConv, HANConv, HeteroConv, HGTConv, SAGEConv
 
         def relation() -> nn.Module:
             if conv == "sage":
@@ -158,8 +164,9 @@ class HeteroNodeClassifier(pl.LightningModule):
             # a relation joins two node types: PyG's GATConv takes (x_src, x_dst) without self-loops
             return GATConv((hidden, hidden), hidden // heads, heads=heads, add_self_loops=False)
 
-        if conv == "hgt":
-            self.convs = nn.ModuleList([HGTConv(hidden, hidden, self.meta, heads=heads) for _ in range(h.num_layers)])
+        if every_type:
+            layer = HGTConv if conv == "hgt" else HANConv
+            self.convs = nn.ModuleList([layer(hidden, hidden, self.meta, heads=heads) for _ in range(h.num_layers)])
         else:
             with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
                 warnings.filterwarnings("ignore", message="There exist node types")

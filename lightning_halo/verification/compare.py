@@ -7,9 +7,10 @@ together in global node order and compares them with the one-process record, cal
 and names the first module whose output differs.
 
 A tensor is compared *per node* when it has a row per node (``N`` rows on one process, the
-rank's ``n_inner`` rows on each rank); else as a whole, when it has the same shape everywhere
-(a graph-level value, a parameter-sized one). Tensors of other shapes (per edge: each rank
-holds its own edges) are not compared.
+rank's ``n_inner`` rows on each rank; on a heterogeneous graph, of one node type, the record
+holding each type's ids); else as a whole, when it has the same shape everywhere (a
+graph-level value, a parameter-sized one). Tensors of other shapes (per edge: each rank holds
+its own edges) are not compared.
 """
 
 from __future__ import annotations
@@ -172,11 +173,32 @@ def close(a: Tensor, b: Tensor, rtol: float, atol: float) -> bool:
     return bool((ok | both).all())
 
 
+def node_sets(rec: dict[str, Any]) -> list[tuple[Tensor, int]]:
+    """The node sets a record's rows may be of, ``(global ids of its rows, how many)``: the graph's nodes, or on a
+    heterogeneous graph each node type's (ids within the type)."""
+    if "types" in rec:
+        return [(n_id, n_inner) for n_id, n_inner in rec["types"].values()]
+    return [(rec["n_id"], rec["n_inner"])]
+
+
+def _layouts(ref: Tensor, ranks: list[Tensor], ref_rec: dict[str, Any], recs: list[dict[str, Any]]) -> list[int]:
+    """The node sets ``ref`` and the ranks' tensors have a row per node of (``N`` rows on one process, each rank's
+    share on the ranks); several where types have equal counts everywhere, none for other tensors."""
+    if ref.dim() == 0:
+        return []
+    found = []
+    rank_sets = [node_sets(r) for r in recs]
+    for i, (_, n) in enumerate(node_sets(ref_rec)):
+        if ref.size(0) == n and all(
+            t.dim() >= 1 and t.size(0) == sets[i][1] and t.shape[1:] == ref.shape[1:] for t, sets in zip(ranks, rank_sets)
+        ):
+            found.append(i)
+    return found
+
+
 def per_node(ref: Tensor, ranks: list[Tensor], ref_rec: dict[str, Any], recs: list[dict[str, Any]]) -> bool:
-    """Whether ``ref`` and the ranks' tensors have a row per node (``N`` and each rank's ``n_inner``)."""
-    if ref.dim() == 0 or ref.size(0) != ref_rec["n_inner"]:
-        return False
-    return all(t.dim() >= 1 and t.size(0) == r["n_inner"] and t.shape[1:] == ref.shape[1:] for t, r in zip(ranks, recs))
+    """Whether ``ref`` and the ranks' tensors have a row per node (of the graph, or of one node type)."""
+    return bool(_layouts(ref, ranks, ref_rec, recs))
 
 
 def in_node_order(t: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
@@ -186,25 +208,34 @@ def in_node_order(t: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
     return out
 
 
-def assemble(ranks: list[Tensor], recs: list[dict[str, Any]], num_nodes: int) -> Tensor:
-    """The whole graph's ``[N, ...]`` tensor from every rank's rows."""
-    out = in_node_order(ranks[0], recs[0]["n_id"], num_nodes)
-    for t, r in zip(ranks[1:], recs[1:]):
-        out[r["n_id"]] = t.to(torch.float64)
+def assemble(ranks: list[Tensor], ids: list[Tensor], num_nodes: int) -> Tensor:
+    """The whole graph's ``[N, ...]`` tensor from every rank's rows (``ids``: each rank's rows' global ids)."""
+    out = in_node_order(ranks[0], ids[0], num_nodes)
+    for t, n_id in zip(ranks[1:], ids[1:]):
+        out[n_id] = t.to(torch.float64)
     return out
 
 
 def compare_tensor(
     ref: Tensor, ranks: list[Tensor], ref_rec: dict[str, Any], recs: list[dict[str, Any]], rtol: float, atol: float
 ) -> tuple[bool, Optional[float]]:
-    """``(comparable, largest difference or None if they agree)``; per-edge tensors are not comparable."""
-    num_nodes = ref_rec["n_inner"]
-    if per_node(ref, ranks, ref_rec, recs):
-        want, got = in_node_order(ref, ref_rec["n_id"], num_nodes), assemble(ranks, recs, num_nodes)
-        return True, None if close(got, want, rtol, atol) else max_diff(got, want)
+    """``(comparable, largest difference or None if they agree)``; per-edge tensors are not comparable.
+
+    A tensor whose row count fits several node types (equal counts on every rank) agrees if it agrees as
+    one of them."""
+    diffs = []
+    for i in _layouts(ref, ranks, ref_rec, recs):
+        ref_ids, num_nodes = node_sets(ref_rec)[i]
+        want = in_node_order(ref, ref_ids, num_nodes)
+        got = assemble(ranks, [node_sets(r)[i][0] for r in recs], num_nodes)
+        if close(got, want, rtol, atol):
+            return True, None
+        diffs.append(max_diff(got, want))
+    if diffs:
+        return True, min(diffs)
     if all(t.shape == ref.shape for t in ranks):
-        diffs = [max_diff(t, ref) for t in ranks if not close(t, ref, rtol, atol)]
-        return True, max(diffs) if diffs else None
+        worst = [max_diff(t, ref) for t in ranks if not close(t, ref, rtol, atol)]
+        return True, max(worst) if worst else None
     return False, None
 
 
@@ -237,19 +268,26 @@ def _label(call: dict[str, Any]) -> str:
     return call["name"] or "<LightningModule>"
 
 
+def _encloses(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
+    return outer["start"] < inner["start"] and outer["end"] > inner["end"]
+
+
 def first_difference(
     ref_rec: dict[str, Any], recs: list[dict[str, Any]], rtol: float, atol: float
 ) -> tuple[Optional[ModuleDifference], int, Optional[float]]:
     """``(first differing module call, calls compared, largest difference of the logits)``.
 
     Calls are taken in the order they end, so a module nested in another (an embedding called in
-    ``forward``) is judged before the one around it. The logits are the output of the last
-    module call with a row per node.
+    ``forward``) is judged before the one around it. A differing call none of whose inputs could
+    be compared (an aggregation fed per-edge messages) is not blamed yet: the call around it is
+    named instead if its inputs could be (and differ, or not). The logits are the output of the
+    last module call with a row per node.
     """
     rank_calls = [_calls_by_key(r) for r in recs]
     counts: dict[str, int] = {}
     matched: list[dict[str, Any]] = []  # calls compared and found equal, in the order they ended
     found: Optional[ModuleDifference] = None
+    pending: Optional[tuple[dict[str, Any], ModuleDifference]] = None  # differs, inputs not comparable
     compared, logits = 0, None
     for call in ref_rec["calls"]:
         counts[call["name"]] = k = counts.get(call["name"], 0) + 1
@@ -266,8 +304,18 @@ def first_difference(
         if out_diff is None and n_out:
             matched.append(call)
         elif out_diff is not None and found is None:
-            _, in_diff = compare_all(call["inputs"], [m["inputs"] for m in mine], ref_rec, recs, rtol, atol)
-            found = ModuleDifference(call["name"], call["cls"], k, in_diff is not None, previous, out_diff)
+            if pending is not None and not _encloses(call, pending[0]):
+                continue  # another call, after the pending one: the pending one stands unless one around it explains it
+            n_in, in_diff = compare_all(call["inputs"], [m["inputs"] for m in mine], ref_rec, recs, rtol, atol)
+            here = ModuleDifference(call["name"], call["cls"], k, in_diff is not None, previous, out_diff)
+            if n_in:
+                found = here
+            elif pending is None:
+                pending = (call, here)
+            else:
+                pending = (call, pending[1])
+    if found is None and pending is not None:
+        found = pending[1]
     return found, compared, logits
 
 

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data.data import BaseData
 from typing_extensions import override
 
 from lightning_halo.loss import scaled_loss
@@ -42,27 +42,26 @@ def no_dropout() -> Iterator[None]:
             setattr(F, name, fn)
 
 
-def tensors_of(value: Any) -> list[Tensor]:
-    """The tensors in ``value`` (a tensor, or a tuple, list or dict of them, one level deep), detached on the CPU."""
+def tensors_of(value: Any, depth: int = 2) -> list[Tensor]:
+    """The tensors in ``value`` (a tensor, or tuples, lists and dicts of them, ``depth`` levels deep: a
+    heterogeneous layer's ``(x_src, x_dst)`` or ``x_dict`` among its arguments), detached on the CPU."""
     if isinstance(value, Tensor):
-        items: list[Any] = [value]
-    elif isinstance(value, (tuple, list)):
-        items = list(value)
-    elif isinstance(value, dict):
-        items = list(value.values())
-    else:
-        items = []
-    return [t.detach().cpu().clone() for t in items if isinstance(t, Tensor)]
+        return [value.detach().cpu().clone()]
+    if depth == 0:
+        return []
+    items = list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, (tuple, list)) else []
+    return [t for item in items for t in tensors_of(item, depth - 1)]
 
 
 def _holds_data(args: tuple, kwargs: dict) -> bool:
-    return any(isinstance(a, Data) for a in (*args, *kwargs.values()))
+    return any(isinstance(a, BaseData) for a in (*args, *kwargs.values()))  # a Data or a HeteroData
 
 
 class StepRecorder(pl.Callback):
     """Records the first training step of this rank and saves it to ``path`` (``torch.save``).
 
-    The record: the global ids of the rank's rows (``batch.n_id``), every module call of the
+    The record: the global ids of the rank's rows (``batch.n_id``; per node type on a heterogeneous
+    partition, ``types``), every module call of the
     step in the order they end (name, class, inputs, outputs), the loss ``training_step`` returned, what the
     rank back-propagates (:func:`~lightning_halo.loss.scaled_loss`, by the strategy's ``scale_loss``), the
     parameters' gradients, and the strategy's options that change the result (as the rank built it).
@@ -123,7 +122,12 @@ class StepRecorder(pl.Callback):
         if self._done:
             return
         batch.apply(lambda t: t.to(self.dtype) if t.is_floating_point() else t)
-        self.record.update(rank=trainer.global_rank, n_id=batch.n_id.cpu().clone(), n_inner=int(batch.n_inner))
+        if hasattr(batch, "node_types"):  # a heterogeneous partition: each type's rows, ids within the type
+            self.record["types"] = {t: (batch[t].n_id[: int(batch[t].n_inner)].cpu().clone(), int(batch[t].n_inner))
+                                    for t in batch.node_types}  # fmt: skip
+            self.record.update(rank=trainer.global_rank)
+        else:
+            self.record.update(rank=trainer.global_rank, n_id=batch.n_id.cpu().clone(), n_inner=int(batch.n_inner))
         self.record["strategy"] = result_options(trainer.strategy.init_args)
         self._hook(pl_module)
 

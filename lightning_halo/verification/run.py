@@ -302,13 +302,6 @@ def verify(
     from lightning_halo.data import HaloDataModule
 
     devices, dtype = check_devices(devices), check_dtype(dtype)
-    if isinstance(datamodule, HaloDataModule) and datamodule.hetero:
-        raise ValueError(
-            "verify compares module by module in global node order, which it does for homogeneous graphs only so far; "
-            "this HaloDataModule holds a heterogeneous graph. Its layers' exactness is tested in lightning-halo's own "
-            "suite (tests/layers/test_hetero.py); compare your model's outputs on one process and on several with "
-            "HaloDataModule.gather_predictions."
-        )
     if isinstance(datamodule, HaloDataModule) and datamodule.reads_partition_dir:
         raise ValueError(
             "verify compares with one process on the whole graph, but this HaloDataModule reads a partition "

@@ -63,3 +63,39 @@ def test_lightning_records_a_compiled_module_it_unwraps() -> None:
     assert not compiled_by_trainer(model)
     unwrapped = _maybe_unwrap_optimized(torch.compile(model, backend="eager"))
     assert unwrapped is model and compiled_by_trainer(model)
+
+
+def test_the_training_step_runs_through_the_strategys_redirection_and_its_output_is_tied() -> None:
+    """Lightning calls ``training_step`` of a wrapped module through ``strategy._forward_redirection`` (the
+    wrapper's forward); the redirection of lightning-halo runs the step there and ties its output."""
+    import torch
+    from torch import nn
+
+    from lightning_halo._compat.lightning import step_output_redirection
+
+    calls = []
+
+    class Step(nn.Module):
+        def training_step(self, x):
+            calls.append("step")
+            return {"loss": x.sum()}
+
+    class Wrapper(nn.Module):  # what DDP is to the redirection: it calls the wrapped module's forward
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            calls.append("wrapper")
+            return self.inner(*args)
+
+    inner = Step()
+    redirect = step_output_redirection(lambda out: {**out, "tied": True})
+    out = redirect(Wrapper(inner), inner, "training_step", torch.ones(3))
+    assert calls == ["wrapper", "step"] and out["tied"] and float(out["loss"]) == 3.0
+    assert inner.forward.__name__ != "wrapped_forward", "the module's forward is put back"
+    import inspect
+
+    from lightning.pytorch.strategies import Strategy
+
+    assert '_forward_redirection(self.model, self.lightning_module, "training_step"' in inspect.getsource(Strategy.training_step)

@@ -146,3 +146,69 @@ def test_partition_command_writes_a_directory_the_data_module_reads(tmp_path: Pa
         dm = HaloDataModule(str(out))
         assert dm.reads_partition_dir and dm.num_features["paper"] == 6
         _same_part(_setup(dm, 2, rank), build_hetero_partitions(data, assign_hetero_parts(data, 2))[rank])
+
+
+def _magnn_dblp_raw(root: Path, seed: int = 0) -> dict:
+    """A small graph in the raw files PyG's ``DBLP`` class reads (MAGNN's layout: one adjacency over all
+    types, author/paper/term/conference in that order), and what it holds."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    n = {"author": 40, "paper": 60, "term": 30, "conference": 5}
+    offset = dict(zip(n, np.cumsum([0, *n.values()])[:-1].tolist()))
+    pairs = {("paper", "author"): 120, ("paper", "term"): 150, ("paper", "conference"): 60}
+    rows, cols = [], []
+    for (src, dst), count in pairs.items():  # both directions, as MAGNN stores them
+        s, d = rng.integers(0, n[src], count) + offset[src], rng.integers(0, n[dst], count) + offset[dst]
+        rows += [s, d]
+        cols += [d, s]
+    total = sum(n.values())
+    adj = sp.coo_matrix((np.ones(sum(len(r) for r in rows)), (np.concatenate(rows), np.concatenate(cols))),
+                        shape=(total, total)).tocsr()  # fmt: skip
+    adj.data[:] = 1.0  # repeated pairs are one edge
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    sp.save_npz(raw / "adjM.npz", adj)
+    sp.save_npz(raw / "features_0.npz", sp.csr_matrix(rng.random((n["author"], 8)) < 0.3, dtype=np.float32))
+    sp.save_npz(raw / "features_1.npz", sp.csr_matrix(rng.random((n["paper"], 6)) < 0.3, dtype=np.float32))
+    np.save(raw / "features_2.npy", rng.standard_normal((n["term"], 4)).astype(np.float32))
+    np.save(raw / "node_types.npy", np.repeat(np.arange(4), list(n.values())))
+    np.save(raw / "labels.npy", rng.integers(0, 4, n["author"]))
+    idx = rng.permutation(n["author"])
+    np.savez(raw / "train_val_test_idx.npz", train_idx=idx[:20], val_idx=idx[20:30], test_idx=idx[30:])
+    return {"num_nodes": n, "train": idx[:20]}
+
+
+def test_a_pyg_heterogeneous_class_is_read_from_its_raw_files(tmp_path: Path) -> None:
+    """pyg:DBLP:<root> (PyG's class over MAGNN's files, nothing downloaded): a heterogeneous data module whose
+    types, sizes, labels and masks are the class's own, partitioned like any HeteroData."""
+    from torch_geometric.datasets import DBLP
+
+    made = _magnn_dblp_raw(tmp_path / "dblp")
+    spec = f"pyg:DBLP:{tmp_path / 'dblp'}"
+    dm = HaloDataModule(spec, cache_dir=str(tmp_path / "cache"))
+    assert dm.hetero and dm.labelled_type == "author" and dm.num_classes == 4
+    assert dm.num_nodes == made["num_nodes"]
+    assert dm.num_features == {"author": 8, "paper": 6, "term": 4, "conference": 0}
+    import shutil
+
+    shutil.copytree(tmp_path / "dblp", tmp_path / "direct")
+    direct = DBLP(str(tmp_path / "direct"))[0]  # what a user gets from PyG itself
+    assert dm.metadata == (direct.metadata()[0], direct.metadata()[1])
+    parts = [_setup(HaloDataModule(spec, cache_dir=str(tmp_path / "cache")), 2, r) for r in range(2)]
+    owned = torch.cat([p["author"].n_id[: p["author"].n_inner] for p in parts])
+    assert sorted(owned.tolist()) == list(range(made["num_nodes"]["author"]))
+    train = torch.cat([p["author"].n_id[: p["author"].n_inner][p["author"].train_mask] for p in parts])
+    assert sorted(train.tolist()) == sorted(made["train"].tolist())
+    for p in parts:
+        ids = p["author"].n_id[: p["author"].n_inner]
+        assert torch.equal(p["author"].y, direct["author"].y[ids])
+
+
+def test_a_pyg_homogeneous_class_is_still_a_homogeneous_graph(tmp_path: Path) -> None:
+    from lightning_halo.data.pyg_datasets import may_be_heterogeneous
+
+    assert not may_be_heterogeneous("pyg:Planetoid:x:Cora") and may_be_heterogeneous("pyg:DBLP:x")
+    with pytest.raises(GraphValidationError, match="no class 'NoSuchClass'"):
+        HaloDataModule("pyg:NoSuchClass:x", cache_dir=str(tmp_path))

@@ -92,6 +92,32 @@ class HGT(nn.Module):
         return self.out(x[TARGET])
 
 
+class HAN(nn.Module):
+    """Two HANConv layers over every edge type: paper has three metapaths (cites, writes, and the co-author
+    metapath of :func:`_with_metapath` where present), so its semantic attention weighs several."""
+
+    def __init__(self, metadata) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(7, 6)
+        self.c1 = HANConv(-1, 8, metadata, heads=2)
+        self.c2 = HANConv(8, 8, metadata, heads=2)
+        self.out = Linear(8, 3)
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        h = {t: v.relu() for t, v in self.c1(x, batch.edge_index_dict).items()}
+        out, attention = self.c2(h, batch.edge_index_dict, return_semantic_attention_weights=True)
+        return self.out(out[TARGET]) + 0 * attention[TARGET].sum()
+
+
+def _with_metapath(data):
+    """The co-author metapath paper -> author -> paper as an edge type of its own, made before partitioning."""
+    import torch_geometric.transforms as T
+
+    return T.AddMetaPaths([[("paper", "rev_writes", "author"), ("author", "writes", "paper")]], max_sample=None)(data)
+
+
 def _forward(model, batch):
     return model(batch)
 
@@ -105,13 +131,15 @@ def _model(name: str, data) -> nn.Module:
         "to_hetero(graphconv-max, sum)": lambda: ToHetero("gin", meta, "sum"),
         "heteroconv(mixed)": Mixed,
         "hgt": lambda: HGT(meta),
+        "han": lambda: HAN(meta),
     }[name]().double()
     with torch.no_grad():
         _forward(model, data)  # PyG's way to materialise lazy (in_channels=-1) parameters
     return model
 
 
-MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)", "hgt"]
+MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)", "hgt",
+          "han"]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -250,9 +278,46 @@ def _refused(model: nn.Module, match: str) -> None:
     assert all(e is not None for e in err.value.rank_errors), "every rank refuses (none waits for a peer)"
 
 
-def test_a_gcn_normalised_relation_is_refused_with_the_reason() -> None:
-    model = _OneRelation(gnn.GCNConv(6, 3), ("paper", "cites", "paper"), ["paper"])
-    _refused(model, "normalises with the degrees of its sources")
+class GCNRelations(nn.Module):
+    """HeteroConv with GCNConv on the relation within one type (repeated edges and self-loops, weighted or not)
+    and LGConv beside SAGEConv: the halo papers' degrees in the relation come from their owners."""
+
+    def __init__(self, improved: bool, weighted: bool) -> None:
+        super().__init__()
+        self.weighted = weighted
+        self.c1 = HeteroConv({("paper", "cites", "paper"): gnn.GCNConv(6, 8, improved=improved),
+                              ("author", "writes", "paper"): gnn.SAGEConv((4, 6), 8)}, aggr="sum")  # fmt: skip
+        self.c2 = HeteroConv({("paper", "cites", "paper"): gnn.LGConv()}, aggr="sum")
+        self.out = Linear(8, 3)
+
+    def forward(self, batch):
+        edges = batch.edge_index_dict
+        kwargs = {}
+        if self.weighted:
+            kwargs = {"edge_weight_dict": {("paper", "cites", "paper"): batch["paper", "cites", "paper"].weight}}
+        h = {k: v.relu() for k, v in self.c1(batch.x_dict, edges, **kwargs).items()}
+        return self.out(self.c2(h, edges)[TARGET])
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("improved, weighted", [(False, False), (True, True)])
+def test_gcn_normalised_relations_match_the_whole_graph(improved: bool, weighted: bool, world_size: int) -> None:
+    data = generated_hetero()
+    if weighted:
+        e = data["paper", "cites", "paper"].edge_index.size(1)
+        data["paper", "cites", "paper"].weight = torch.rand(e, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    torch.manual_seed(0)
+    model = GCNRelations(improved, weighted).double()
+    got = run_threaded_hetero(model, data, world_size, _forward, TARGET)
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"GCN relations at {world_size} ranks")
+    if world_size > 1:
+        aux = [sum(v for (layer, kind), v in r["meter"].items() if kind == "aux") for r in got["ranks"]]
+        assert all(a > 0 for a in aux), "the halo papers' degrees travel"
+
+
+def test_a_gcn_normalised_layer_between_two_types_is_refused_with_the_reason() -> None:
+    model = _OneRelation(gnn.GCNConv(4, 3), ("author", "writes", "paper"), ["author", "paper"])
+    _refused(model, "between two node types, but it normalises with the degrees of one node set")
 
 
 def test_a_multi_step_layer_on_a_relation_is_refused() -> None:
@@ -277,12 +342,51 @@ def test_edges_that_are_no_edge_type_of_the_partition_are_refused() -> None:
     _refused(Flipped(), "none of the partition's edge types")
 
 
-def test_han_and_its_global_semantic_attention_are_refused() -> None:
+def test_han_with_a_coauthor_metapath_matches_the_whole_graph() -> None:
+    """HAN as PyG's example builds it: a metapath edge type made before partitioning (T.AddMetaPaths), whose
+    halos come from the partitioner like any other edge type's; three metapaths into paper."""
+    data = _with_metapath(generated_hetero(seed=2))
+    model = _model("han", data)
+    got = run_threaded_hetero(model, data, 3, _forward, TARGET)
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what="HAN with a metapath at 3 ranks")
+
+
+def test_global_attention_is_refused_on_heterogeneous_models_too() -> None:
     from lightning_halo.layers.hooks import check_model
 
+    gps = nn.ModuleDict({"paper": gnn.GPSConv(8, gnn.GINEConv(nn.Linear(8, 8)), heads=2)})
+    with pytest.raises(UnsupportedLayerError, match="global attention reads every node"):
+        check_model(gps)
+
+
+def test_a_han_whose_forward_skips_pygs_semantic_attention_is_refused() -> None:
+    """The global mean is made where PyG's HANConv computes it (han_conv.group); a HANConv (here a subclass)
+    that averages elsewhere would be silently inexact, so the call is refused."""
+
+    class OwnMean(HANConv):
+        def forward(self, x_dict, edge_index_dict):
+            h = {t: self.proj[t](x) for t, x in x_dict.items()}
+            return {t: v - v.mean(0) for t, v in h.items()}
+
+    class Net(nn.Module):
+        def __init__(self, metadata) -> None:
+            super().__init__()
+            self.emb, self.conv = nn.Embedding(7, 6), OwnMean(-1, 3, metadata)
+
+        def forward(self, batch):
+            x = dict(batch.x_dict)
+            x["venue"] = self.emb(_ids(batch, "venue"))
+            return self.conv(x, batch.edge_index_dict)[TARGET]
+
+    from lightning_halo import register_layer
+
+    register_layer(OwnMean, "types", propagations=None)  # as a user would declare their subclass
     data = generated_hetero()
-    with pytest.raises(UnsupportedLayerError, match="global attention"):
-        check_model(nn.Sequential(HANConv(-1, 8, data.metadata())))
+    model = Net(data.metadata()).double()
+    with torch.no_grad():
+        model(data)
+    with pytest.raises(UnsupportedLayerError, match="computed its semantic attention 0 time"):
+        run_threaded_hetero(model, data, 2, _forward, TARGET)
 
 
 def test_a_batch_norm_on_a_heterogeneous_partition_is_refused() -> None:

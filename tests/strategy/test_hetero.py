@@ -1,6 +1,6 @@
 """Heterogeneous graphs in real processes: Lightning's fit on heterogeneous partitions equals single-process PyG.
 
-The zoo's HeteroNodeClassifier (HeteroConv of SAGEConv or GATConv per relation, or HGTConv; a
+The zoo's HeteroNodeClassifier (HeteroConv of SAGEConv or GATConv per relation, HGTConv or HANConv; a
 learned embedding for the type without features) trains for a few epochs at bits=32 on 2 and 3
 gloo processes; its parameters and the gathered predictions of the labelled type equal those of
 plain PyG trained on the whole graph. Quantized and pipelined runs train and move fewer bytes.
@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.hetero import generated_hetero, train_reference
+from tests.support.hetero import generated_hetero, train_reference, with_leaf_relation
 from tests.support.launch import check, run_workers
 from tests.workers.hetero_worker import EPOCHS
 
 WORKER = "tests/workers/hetero_worker.py"
-EXACT = ["sage:32:sync", "gat:32:sync", "hgt:32:sync"]
+EXACT = ["sage:32:sync", "gat:32:sync", "hgt:32:sync", "han:32:sync"]
+LEAF = "han:32:sync:leaf"
 
 
 def _records(out: Path, config: str, world_size: int) -> list[dict]:
@@ -28,7 +29,7 @@ def _records(out: Path, config: str, world_size: int) -> list[dict]:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: int, tmp_path: Path) -> None:
-    configs = [*EXACT, "sage:1:sync", "hgt:2:pipelined", "lazy"] if world_size == 2 else EXACT
+    configs = [*EXACT, "sage:1:sync", "hgt:2:pipelined", "lazy", LEAF] if world_size == 2 else EXACT
     check(run_workers([WORKER, "--out", str(tmp_path), "--configs", *configs], world_size, timeout=900))
     data = generated_hetero()
     for config in EXACT:
@@ -41,6 +42,7 @@ def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: i
             assert rec["traffic"], f"{config}: halos must have travelled"
     if world_size == 2:
         _check_lazy(tmp_path, data)
+        _check_leaf(tmp_path)
         exact = _records(tmp_path, "sage:32:sync", 2)[0]["traffic"]
         one_bit = _records(tmp_path, "sage:1:sync", 2)[0]["traffic"]
         fwd = lambda t: sum(v for (layer, kind), v in t.items() if kind == "fwd")  # noqa: E731
@@ -49,6 +51,18 @@ def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: i
             for rec in _records(tmp_path, config, 2):
                 assert all(torch.isfinite(v).all() for v in rec["params"].values()), config
                 assert rec["pred"].shape == (data["paper"].num_nodes, 3)
+
+
+def _check_leaf(out: Path) -> None:
+    """HAN with find_unused_parameters=True where first-layer weights reach the loss only through an exchange's
+    tie (DBLP's shape): DDP must see them as used (the tie is made inside its forward), or it fails with
+    "marked ready twice". Those weights get a zero gradient (one process: none), so with weight decay they move
+    where one process leaves them: the predictions are compared, and every other parameter."""
+    ref = train_reference("han", with_leaf_relation(generated_hetero()), EPOCHS)
+    for r, rec in enumerate(_records(out, LEAF, 2)):
+        torch.testing.assert_close(rec["pred"], ref["pred"], atol=1e-10, rtol=1e-9)
+        moved = [name for name in ref["params"] if not torch.allclose(rec["params"][name], ref["params"][name])]
+        assert moved and all(name.startswith("convs.0.") and "venue" in name for name in moved), moved
 
 
 def _check_lazy(out: Path, data) -> None:

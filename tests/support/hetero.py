@@ -38,6 +38,18 @@ def generated_hetero(seed: int = 0, papers: int = 300, authors: int = 200, venue
     return data
 
 
+def with_leaf_relation(data: HeteroData, seed: int = 3) -> HeteroData:
+    """``data`` with venue -> author edges: venue's first-layer rows then reach only the authors' second-layer
+    rows, which the loss (on papers) does not read, so the first layer's weights for venue get their
+    gradient only through the halo exchange's tie into the loss (as DBLP's terms do)."""
+    g = torch.Generator().manual_seed(seed)
+    n_venue, n_author = int(data["venue"].num_nodes), int(data["author"].num_nodes)
+    data["venue", "hosts", "author"].edge_index = torch.stack(
+        [torch.randint(0, n_venue, (n_author,), generator=g), torch.randint(0, n_author, (n_author,), generator=g)]
+    )
+    return data
+
+
 def dblp(root: Path | None = None) -> HeteroData | None:
     """HeCo's DBLP (author 4,057 labelled in 4 classes; paper, term, conference) with reverse edge types, or
     ``None`` where the shared datasets are not on this machine. Splits: ``train_20``/``val_20``/``test_20``."""

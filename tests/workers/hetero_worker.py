@@ -3,7 +3,8 @@
     python tests/workers/hetero_worker.py --out DIR --configs sage:32:sync gat:32:sync hgt:1:pipelined ...
 
 Config ``lazy`` trains a model with lazy parameters (refused first, then materialised as the
-refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>`` trains the model (float64, no dropout, seeded) for
+refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>[:leaf]`` (``leaf``: the graph
+of :func:`tests.support.hetero.with_leaf_relation`) trains the model (float64, no dropout, seeded) for
 ``EPOCHS`` epochs on the generated heterogeneous graph (a featureless type included) and writes
 DIR/<config>/rank<r>.pt: the parameters after training, the gathered predictions of the
 labelled type, the validation accuracy and the traffic totals.
@@ -21,7 +22,7 @@ import torch
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, HaloSchedule
 from tests.support.exit import shutdown
-from tests.support.hetero import generated_hetero, hetero_model, lazy_model
+from tests.support.hetero import generated_hetero, hetero_model, lazy_model, with_leaf_relation
 from tests.support.trainer import quiet_trainer
 
 EPOCHS = 4
@@ -53,11 +54,12 @@ def run(config: str, out: Path, world_size: int, rank: int) -> None:
         target.mkdir(parents=True, exist_ok=True)
         torch.save(lazy(out, world_size), target / f"rank{rank}.pt")
         return
-    conv, bits, mode = config.split(":")
-    dm = HaloDataModule(generated_hetero(), cache_dir=str(out / "cache"))
+    conv, bits, mode, *graph = config.split(":")
+    data = generated_hetero() if not graph else with_leaf_relation(generated_hetero())
+    dm = HaloDataModule(data, cache_dir=str(out / ("cache" if not graph else "cache_leaf")))
     model = hetero_model(conv, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type, dm.num_classes)
     schedule = [] if mode == "sync" else [HaloSchedule(mode=mode, sync_every=3)]
-    strategy = HaloQuantStrategy(bits=int(bits), find_unused_parameters=conv == "hgt")
+    strategy = HaloQuantStrategy(bits=int(bits), find_unused_parameters=conv in ("hgt", "han"))
     trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=EPOCHS, callbacks=schedule)
     trainer.fit(model, datamodule=dm)
     val = trainer.validate(model, datamodule=dm, verbose=False)[0]
