@@ -139,7 +139,10 @@ class FusedAdjacency(Tensor):
             summed = summed * (nnz.to(dtype) / deg.to(dtype))[row]
         crow = torch.zeros(n_dst + 1, dtype=torch.long, device=dst.device)
         crow[1:] = torch.cumsum(nnz, 0)
-        return FusedAdjacency.wrap(csr(crow, uniq - row * n_src, summed, (n_dst, n_src)))
+        col = uniq - row * n_src
+        if max(n_dst, n_src, uniq.numel()) < 2**31 - 1:  # int32 ids: half the pattern's bytes, kernels alike
+            crow, col = crow.to(torch.int32), col.to(torch.int32)
+        return FusedAdjacency.wrap(csr(crow, col, summed, (n_dst, n_src)))
 
     @staticmethod
     def from_csr(

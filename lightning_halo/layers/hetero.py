@@ -41,6 +41,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from lightning_halo.layers.batchnorm import AllSum
+from lightning_halo.layers.call import Aggregation, choose_aggregation
 from lightning_halo._compat.pyg import switch_off
 from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
 from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
@@ -52,6 +53,19 @@ TypeFetch = Callable[[Tensor, str, str], Tensor]
 #: ``normalize(layer, edge_type, edge_index, edge_weight, norm, dtype)``: the relation's normalised local edges
 #: ``(edge_index, weights)`` (the halo nodes' degrees from their owners).
 RelationNorm = Callable[[str, EdgeType, Tensor, Optional[Tensor], Normalization, torch.dtype], tuple[Tensor, Tensor]]
+#: ``adjacency(edge_type, edge_index, edge_weight, n_dst, n_src, reduce, dtype)``: the relation's fused adjacency.
+RelationAdjacency = Callable[[EdgeType, Tensor, Optional[Tensor], int, int, str, torch.dtype], Tensor]
+
+
+@dataclass(frozen=True)
+class RelationTools:
+    """What a relation call takes from its layer context: the type fetches, the normalised edges of a
+    ``"gcn"`` relation, fused adjacencies (both kept per partition) and the ``aggregation`` option."""
+
+    fetch: TypeFetch
+    normalize: RelationNorm
+    adjacency: RelationAdjacency
+    aggregation: Aggregation = "auto"
 
 #: Why relation calls of these kinds are refused on heterogeneous partitions.
 _KIND_REFUSALS = {
@@ -69,6 +83,7 @@ class HeteroRunning:
     keep_rows: Optional[int] = None  # a tensor output: its first rows (None: as it is)
     keep_types: Optional[dict[str, int]] = None  # a dict output: each type's first rows
     max_propagations: Optional[int] = 1
+    how: str = "edge_index"  # the relation's aggregation: "fused", or "edge_index (why)"
     semantic: Optional[SemanticCall] = None  # HANConv: its semantic attention over every rank's nodes
     restore: Optional[tuple[str, Any]] = None  # a normalising layer's own flag, switched off for the call
 
@@ -128,14 +143,23 @@ def _edge_type(edge_index: Any, part: HeteroHaloPartition, layer: str, world_siz
 
 def relation_call(
     name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, world_size: int,
-    fetch: TypeFetch, normalize: RelationNorm,
+    tools: RelationTools,
 ) -> Optional[HeteroRunning]:  # fmt: skip
     """Rewrite ``arguments`` (``x`` and ``edge_index`` of one relation) for the partition; ``None`` leaves the
-    call as it is (one process, edges of the user's own)."""
+    call as it is (one process, edges of the user's own). Where PyG's layer aggregates with a sparse
+    adjacency exactly (as :func:`~lightning_halo.layers.call.choose_aggregation` decides on homogeneous
+    partitions), it gets the relation's fused adjacency instead of ``edge_index``: one sparse product,
+    no ``[E, d]`` message tensor."""
     cls = type(module).__name__
     edge_type = _edge_type(arguments.get("edge_index"), part, name, world_size)
     if edge_type is None:
         return None
+    if getattr(module, "flow", "source_to_target") != "source_to_target":
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({cls}) has flow='target_to_source': on a relation it would aggregate into the source "
+            "type from edges the partition holds for the target type's nodes. A reversed relation is an edge type of "
+            "its own (T.ToUndirected() before the data module)"
+        )
     if spec.kind in _KIND_REFUSALS:
         raise UnsupportedLayerError(f"layer '{name}' ({cls}) cannot run on a relation of a heterogeneous partition: "
                                     f"{_KIND_REFUSALS[spec.kind]}.")  # fmt: skip
@@ -145,7 +169,8 @@ def relation_call(
     x = arguments["x"]
     pair = isinstance(x, (tuple, list))
     if spec.kind == "gcn":
-        return _normalised_call(name, module, spec, arguments, part, edge_type, pair, fetch, normalize)
+        return _normalised_call(name, module, spec, arguments, part, edge_type, pair, tools)
+    fetch = tools.fetch
     x_src, x_dst = (x[0], x[1]) if pair else (x, x)
     feed = spec.feed_for(module) if spec.feed_for is not None else spec.kind
     group = _group(name)
@@ -162,22 +187,47 @@ def relation_call(
         n_inner = int(part[dst].n_inner)
         inner_dst = x_dst if x_dst is None or dst_inner else x_dst[:n_inner]
         arguments["x"] = (full_src, inner_dst)
-        return HeteroRunning(name, cls, None, None, _propagations(spec, module))
+        how = _fuse(name, module, spec, arguments, edge_type, n_inner, int(part[src].num_nodes), tools)
+        return HeteroRunning(name, cls, None, None, _propagations(spec, module), how=how)
     # one node type, one tensor: as on a homogeneous partition
     if x_src is None:
         return HeteroRunning(name, cls, None, None, _propagations(spec, module))
     full = _with_halo(x_src, src_inner, src, group, fetch)
-    n_inner = int(part[src].n_inner)
+    n_inner, n_local = int(part[src].n_inner), int(part[src].num_nodes)
     if feed == "bipartite":
         arguments["x"] = (full, full[:n_inner])
-        return HeteroRunning(name, cls, None, None, _propagations(spec, module))
+        how = _fuse(name, module, spec, arguments, edge_type, n_inner, n_local, tools)
+        return HeteroRunning(name, cls, None, None, _propagations(spec, module), how=how)
     arguments["x"] = full
-    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module))
+    how = _fuse(name, module, spec, arguments, edge_type, n_local, n_local, tools)  # output rows: every local node
+    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), how=how)
+
+
+def _fuse(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, edge_type: EdgeType, n_dst: int, n_src: int,
+    tools: RelationTools,
+) -> str:  # fmt: skip
+    """Put the relation's fused adjacency ``[n_dst, n_src]`` into ``arguments`` where the layer can take it
+    (its edge weights folded in); returns how the call aggregates."""
+    x = arguments["x"]
+    first = x[0] if isinstance(x, (tuple, list)) else x
+    if first is None:
+        return "edge_index (no source rows)"
+    weight_arg = spec.weight_arg
+    weight = arguments.get(weight_arg) if weight_arg is not None else None
+    choice = choose_aggregation(tools.aggregation, name, spec, module, weight, False, first.is_cuda)
+    if choice.reduce is None:
+        return f"edge_index ({choice.why})"
+    arguments["edge_index"] = tools.adjacency(edge_type, arguments["edge_index"], weight, n_dst, n_src, choice.reduce,
+                                              first.dtype)  # fmt: skip
+    if weight_arg is not None and weight_arg in arguments:
+        arguments[weight_arg] = None  # folded into the adjacency's values
+    return "fused"
 
 
 def _normalised_call(
     name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, edge_type: EdgeType,
-    pair: bool, fetch: TypeFetch, normalize: RelationNorm,
+    pair: bool, tools: RelationTools,
 ) -> HeteroRunning:  # fmt: skip
     """A ``"gcn"`` layer on a relation within one type: ``x ++ halo``, the relation's normalised edges, the
     layer's own normalisation off, the output cut to the inner rows."""
@@ -193,26 +243,26 @@ def _normalised_call(
     n_inner = int(part[src].n_inner)
     if x is None:
         raise UnsupportedLayerError(f"layer '{name}' ({cls}) was called without node features")
-    full = _with_halo(x, _rows(x, src, part, name, "rows"), src, _group(name), fetch)
+    full = _with_halo(x, _rows(x, src, part, name, "rows"), src, _group(name), tools.fetch)
     arguments["x"] = full
     norm = spec.norm(module, arguments) if spec.norm is not None else None
     restore = None
     if norm is not None:
         weight = arguments.get(spec.weight_arg) if spec.weight_arg is not None else None
-        if getattr(module, "flow", "source_to_target") != "source_to_target":
-            raise UnsupportedLayerError(f"layer '{name}' ({cls}): flow='target_to_source' on a relation is not supported")
         if weight is not None and weight.requires_grad:
             raise UnsupportedLayerError(
                 f"layer '{name}' ({cls}): learned edge weights with a normalisation would need gradients of remote "
                 "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
             )
-        ei, w = normalize(name, edge_type, arguments["edge_index"], weight, norm, full.dtype)
+        ei, w = tools.normalize(name, edge_type, arguments["edge_index"], weight, norm, full.dtype)
         arguments["edge_index"] = ei
         arguments[spec.weight_arg or "edge_weight"] = w
         if spec.switch is None:
             raise UnsupportedLayerError(f"layer '{name}' ({cls}) normalises without a flag to switch it off")
         restore = (spec.switch, switch_off(module, spec.switch))  # our weights are final already
-    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), restore=restore)
+    n_local = int(part[src].num_nodes)
+    how = _fuse(name, module, spec, arguments, edge_type, n_local, n_local, tools)
+    return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), restore=restore, how=how)
 
 
 def types_call(
@@ -243,7 +293,7 @@ def types_call(
     semantic = None
     if uses_semantic_attention(module):
         semantic = SemanticCall(name, cls, list(out), keep, all_sum)
-    return HeteroRunning(name, cls, None, keep, _propagations(spec, module), semantic)
+    return HeteroRunning(name, cls, None, keep, _propagations(spec, module), semantic=semantic)
 
 
 def check_propagation(running: HeteroRunning, count: int) -> None:

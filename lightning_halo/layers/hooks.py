@@ -29,8 +29,10 @@ from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, 
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
+from lightning_halo.layers.fused import FusedAdjacency
 from lightning_halo.layers.hetero import (
     HeteroRunning,
+    RelationTools,
     check_propagation,
     cut_output,
     first_rows,
@@ -84,10 +86,13 @@ class LayerContext:
         self.hetero: Optional[HeteroHaloPartition] = None
         self._type_halos = TensorMemo(limit=256)  # a source type's halo per tensor and step (layers.hetero)
         self._relation_norms = TensorMemo(limit=64)  # a relation's normalised edges per edge weights (layers.hetero)
+        self._relation_adjs = TensorMemo(limit=64)  # a relation's fused adjacency per edges and weights
+        self.relation_tools = RelationTools(self.fetch_type, self.relation_norm, self.relation_adjacency, aggregation)
 
     def bind(self, part: HaloPartition | HeteroHaloPartition) -> None:
         self._type_halos.clear()
         self._relation_norms.clear()
+        self._relation_adjs.clear()
         if isinstance(part, HeteroHaloPartition):
             self.edges, self.hetero = None, part
         else:
@@ -98,6 +103,7 @@ class LayerContext:
         self.edges, self.hetero = None, None
         self._type_halos.clear()
         self._relation_norms.clear()
+        self._relation_adjs.clear()
 
     def record(self, layer: str, how: str) -> None:
         """Note how ``layer`` ran (the strategy prints each change once, on rank 0)."""
@@ -159,6 +165,19 @@ class LayerContext:
                 to_halo=lambda v: self.collectives.to_halo(v, plan, f"{layer}[{edge_type[0]}]"), dtype=dtype,
             )  # fmt: skip
         return self._relation_norms.put(key, (edge_index, weight), out)
+
+    def relation_adjacency(
+        self, edge_type: tuple[str, str, str], edge_index: Tensor, weight: Optional[Tensor], n_dst: int, n_src: int,
+        reduce: str, dtype: torch.dtype,
+    ) -> Tensor:  # fmt: skip
+        """A relation's fused adjacency ``[n_dst, n_src]`` (kept per edges, weights, shape and aggregation)."""
+        key = ("adj", tuple(edge_type), n_dst, n_src, reduce, dtype)
+        hit = self._relation_adjs.get(key, (edge_index, weight))
+        if hit is None:
+            with torch.no_grad():
+                adj = FusedAdjacency.build(edge_index, weight, n_dst, n_src, reduce, dtype)  # type: ignore[arg-type]
+            hit = self._relation_adjs.put(key, (edge_index, weight), adj)
+        return hit
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -299,16 +318,14 @@ class LayerHook:
                 self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type, ctx.collectives.all_sum
             )
         else:
-            running = relation_call(
-                self.name, module, self.spec, bound.arguments, part, world, ctx.fetch_type, ctx.relation_norm
-            )
+            running = relation_call(self.name, module, self.spec, bound.arguments, part, world, ctx.relation_tools)
         self._stack.append(running)
         if running is None:
             return None
         self._hetero_propagations = 0
         if running.semantic is not None:
             running.semantic.open()
-        ctx.record(self.name, HETERO_CALL)
+        ctx.record(self.name, HETERO_CALL if self.kind == "types" else f"{HETERO_CALL}; aggregation {running.how}")
         return bound.args, bound.kwargs
 
     def _apply(self, module: Module, call: LayerCall, arguments: dict) -> _Running:

@@ -16,6 +16,8 @@ from typing_extensions import override
 from lightning_halo.partition.hetero import local_features
 
 HeteroConvKind = Literal["sage", "gat", "hgt", "han"]
+#: How a node type without features starts: a learned row per node, or one learned row for the type.
+Featureless = Literal["embedding", "type"]
 EdgeType = tuple[str, str, str]
 
 
@@ -53,7 +55,10 @@ class HeteroNodeClassifier(pl.LightningModule):
     ``T.AddMetaPaths`` before the data module), whose last layer updates every type: train them
     with ``find_unused_parameters=True``. A node
     type without features gets a learned embedding looked up by ``batch[type].n_id`` (on a
-    partition: its inner and halo nodes; on one process every node), exact on partitions too.
+    partition: its inner and halo nodes; on one process every node), exact on partitions too;
+    with ``featureless="type"`` one learned row for all its nodes instead, so that the model has
+    no parameter per node (DDP all-reduces every parameter's gradient each step: a per-node
+    embedding of a type with millions of nodes moves more bytes than its halos).
 
     .. math::
         \mathbf{h}^{(0)}_v = \mathbf{W}_{\tau(v)} \mathbf{x}_v \text{ or } \mathbf{E}_{\tau(v)}[v], \qquad
@@ -80,6 +85,8 @@ class HeteroNodeClassifier(pl.LightningModule):
         dropout (float, optional): dropout between layers. (default: ``0.5``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
+        featureless (str, optional): ``"embedding"`` (a learned row per node of a type without
+            features) or ``"type"`` (one learned row per such type). (default: ``"embedding"``)
 
     Shapes:
         - **input:** a :class:`~torch_geometric.data.HeteroData` (or its partition) with ``x`` per featured type.
@@ -106,8 +113,11 @@ class HeteroNodeClassifier(pl.LightningModule):
         dropout: float = 0.5,
         lr: float = 0.01,
         weight_decay: float = 5e-4,
+        featureless: Featureless = "embedding",
     ) -> None:
         super().__init__()
+        if featureless not in ("embedding", "type"):
+            raise ValueError(f"featureless must be 'embedding' or 'type', got {featureless!r}")
         if conv not in ("sage", "gat", "hgt", "han"):
             raise ValueError(f"conv must be 'sage', 'gat', 'hgt' or 'han', got {conv!r}")
         if conv != "sage" and hidden_channels % heads:
@@ -153,7 +163,8 @@ class HeteroNodeClassifier(pl.LightningModule):
         layers = [edge_types] if every_type else needed_relations(edge_types, target, h.num_layers)  # type: ignore[arg-type]
         read = set(node_types) if every_type else {t for e in layers[0] for t in (e[0], e[2])}
         self.inputs = nn.ModuleDict({
-            t: nn.Linear(num_features[t], hidden) if num_features[t] else nn.Embedding(num_nodes[t], hidden)
+            t: nn.Linear(num_features[t], hidden) if num_features[t]
+            else nn.Embedding(num_nodes[t] if h.featureless == "embedding" else 1, hidden)
             for t in node_types if t in read
         })  # fmt: skip
         from torch_geometric.nn import GATConv, HANConv, HeteroConv, HGTConv, SAGEConv
@@ -180,7 +191,9 @@ class HeteroNodeClassifier(pl.LightningModule):
         out = {}
         for t, module in self.inputs.items():
             store = batch[t]
-            if isinstance(module, nn.Embedding):
+            if isinstance(module, nn.Embedding) and self.hparams.featureless == "type":
+                out[t] = module.weight.expand(int(store.num_nodes), -1)  # every local row: the type's one row
+            elif isinstance(module, nn.Embedding):
                 ids = store.n_id if "n_id" in store else torch.arange(store.num_nodes, device=module.weight.device)
                 out[t] = module(ids)
             else:  # every local row (halo too, on a partition): the projection needs no exchange

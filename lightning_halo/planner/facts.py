@@ -137,6 +137,15 @@ def from_counts(
     )  # fmt: skip
 
 
+#: Why the planner refuses a heterogeneous graph, and what to use instead.
+HETERO_REFUSAL = (
+    "the planner models homogeneous graphs only so far (one node set, one feature width, one halo per layer); this "
+    "graph is heterogeneous. `lightning-halo partition GRAPH --parts P` prints its inner and halo rows per type, "
+    "and docs/heterogeneous.md ('At scale') has measured epoch times and memory per rank of a "
+    "2M-node graph shaped like OGB-MAG"
+)
+
+
 def from_graph(graph: Any, ranks: int, partitioner: str = "metis", cache_dir: Optional[str] = None) -> Partitioning:
     """Partition ``graph`` into the cache for ``ranks`` processes (reused if there) and read its manifest.
 
@@ -146,11 +155,16 @@ def from_graph(graph: Any, ranks: int, partitioner: str = "metis", cache_dir: Op
         cache_dir (str, optional): the partition cache. (default: ``$LIGHTNING_HALO_CACHE``)
     """
     from lightning_halo.data import HaloDataModule
+    from lightning_halo.data.hetero import is_hetero_partition_dir
     from lightning_halo.data.partition_dir import is_partition_dir, read_manifest
 
+    if isinstance(graph, (str, os.PathLike)) and is_hetero_partition_dir(graph):
+        raise ValueError(HETERO_REFUSAL)
     if isinstance(graph, str) and is_partition_dir(graph):
         return from_manifest(read_manifest(graph))
     dm = HaloDataModule(graph, num_parts=ranks, partitioner=partitioner, cache_dir=cache_dir)  # type: ignore[arg-type]
+    if dm.hetero:
+        raise ValueError(HETERO_REFUSAL)
     parts = from_manifest(dm.build(ranks), source="partitioned")
     loaded = not isinstance(graph, (str, os.PathLike)) or not Path(graph).exists()  # a Data, "cora", "pyg:..."
     return dataclasses.replace(parts, graph_in_memory=loaded)

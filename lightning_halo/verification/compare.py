@@ -269,7 +269,9 @@ def _label(call: dict[str, Any]) -> str:
 
 
 def _encloses(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
-    return outer["start"] < inner["start"] and outer["end"] > inner["end"]
+    """Whether the call ``outer`` began before ``inner`` and ended after it (a record without times: never)."""
+    times = (outer.get("start"), inner.get("start"), outer.get("end"), inner.get("end"))
+    return None not in times and outer["start"] < inner["start"] and outer["end"] > inner["end"]
 
 
 def first_difference(
@@ -280,13 +282,15 @@ def first_difference(
     Calls are taken in the order they end, so a module nested in another (an embedding called in
     ``forward``) is judged before the one around it. A differing call none of whose inputs could
     be compared (an aggregation fed per-edge messages) is not blamed yet: the call around it is
-    named instead if its inputs could be (and differ, or not). The logits are the output of the
-    last module call with a row per node.
+    named instead if its inputs could be (and differ, or not). A differing call fed differing
+    inputs is named by the outermost call around it that was fed differing inputs too (the layer,
+    not its inner linear map). The logits are the output of the last module call with a row per node.
     """
     rank_calls = [_calls_by_key(r) for r in recs]
     counts: dict[str, int] = {}
     matched: list[dict[str, Any]] = []  # calls compared and found equal, in the order they ended
     found: Optional[ModuleDifference] = None
+    found_call: dict[str, Any] = {}
     pending: Optional[tuple[dict[str, Any], ModuleDifference]] = None  # differs, inputs not comparable
     compared, logits = 0, None
     for call in ref_rec["calls"]:
@@ -309,14 +313,42 @@ def first_difference(
             n_in, in_diff = compare_all(call["inputs"], [m["inputs"] for m in mine], ref_rec, recs, rtol, atol)
             here = ModuleDifference(call["name"], call["cls"], k, in_diff is not None, previous, out_diff)
             if n_in:
-                found = here
+                found, found_call = here, call
             elif pending is None:
                 pending = (call, here)
             else:
                 pending = (call, pending[1])
     if found is None and pending is not None:
         found = pending[1]
+    elif found is not None and found.inputs_differ:
+        found = _outermost_fed(found, found_call, ref_rec, recs, rank_calls, rtol, atol)
     return found, compared, logits
+
+
+def _outermost_fed(
+    found: ModuleDifference, call: dict[str, Any], ref_rec: dict[str, Any], recs: list[dict[str, Any]],
+    rank_calls: list[dict[tuple[str, int], dict[str, Any]]], rtol: float, atol: float,
+) -> ModuleDifference:  # fmt: skip
+    """The outermost call around ``call`` that was given differing inputs too (a layer whose inner linear map
+    is the first to show the difference): the module the differing input was handed to."""
+    counts: dict[str, int] = {}
+    best: Optional[tuple[dict[str, Any], int]] = None
+    for outer in ref_rec["calls"]:
+        counts[outer["name"]] = k = counts.get(outer["name"], 0) + 1
+        if not _encloses(outer, call) or (best is not None and outer["start"] > best[0]["start"]):
+            continue
+        mine = [calls.get((outer["name"], k)) for calls in rank_calls]
+        if any(m is None for m in mine):
+            continue
+        n_in, in_diff = compare_all(outer["inputs"], [m["inputs"] for m in mine], ref_rec, recs, rtol, atol)
+        if n_in and in_diff is not None:
+            best = (outer, k)
+    if best is None:
+        return found
+    outer, k = best
+    _, out_diff = compare_all(outer["outputs"], [m["outputs"] for m in (c.get((outer["name"], k)) for c in rank_calls)],
+                              ref_rec, recs, rtol, atol)  # fmt: skip
+    return ModuleDifference(outer["name"], outer["cls"], k, True, found.previous, out_diff if out_diff is not None else found.max_diff)
 
 
 def global_loss(recs: list[dict[str, Any]]) -> Optional[float]:

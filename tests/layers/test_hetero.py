@@ -168,6 +168,16 @@ def test_each_layer_fetches_a_source_type_once_however_many_relations_read_it() 
         assert {layer for layer, _ in rank["meter"]} == {"net.c2[paper]", "net.c2[author]"}
 
 
+def test_relations_aggregate_with_their_fused_adjacency_where_pyg_has_a_sparse_path() -> None:
+    """SAGE (mean) and GraphConv-max relations get the relation's fused adjacency, GAT keeps edge_index; the
+    matrix above checks that both give the whole-graph result."""
+    data = generated_hetero()
+    for name, how in [("to_hetero(sage, sum)", "aggregation fused"), ("to_hetero(graphconv-max, sum)", "aggregation fused"),
+                      ("to_hetero(gat, mean)", "aggregation edge_index")]:  # fmt: skip
+        choices = run_threaded_hetero(_model(name, data), data, 2, _forward, TARGET)["ranks"][0]["choices"]
+        assert choices and all(how in c for c in choices.values()), (name, choices)
+
+
 def test_quantized_halos_train_and_move_fewer_bytes() -> None:
     data = generated_hetero()
     model = _model("hgt", data)
@@ -328,6 +338,11 @@ def test_another_types_rows_are_refused_by_their_count() -> None:
     """Author rows handed to a relation whose sources are papers: the counts differ, the call is refused."""
     model = _OneRelation(gnn.SAGEConv((4, 6), 3), ("paper", "cites", "paper"), ["author", "paper"])
     _refused(model, "rows for node type 'paper'")
+
+
+def test_a_relation_layer_with_reversed_flow_is_refused() -> None:
+    model = _OneRelation(gnn.SAGEConv((4, 6), 3, flow="target_to_source"), ("author", "writes", "paper"), ["author", "paper"])
+    _refused(model, "flow='target_to_source'")
 
 
 def test_edges_that_are_no_edge_type_of_the_partition_are_refused() -> None:

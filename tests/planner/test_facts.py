@@ -46,3 +46,13 @@ def test_estimates_from_counts() -> None:
     assert expected_halo(0, 10) == 0.0 and expected_halo(1e9, 10) == pytest.approx(10)
     with pytest.raises(ValueError, match=r"cut_ratio must be in \[0, 1\]"):
         from_counts(1000, 5000, 8, 2, 2, 1.5)
+
+
+def test_a_heterogeneous_graph_is_refused_with_the_reason(tmp_path) -> None:
+    import pytest
+
+    from lightning_halo.planner.facts import from_graph
+    from tests.support.hetero import generated_hetero
+
+    with pytest.raises(ValueError, match="homogeneous graphs only so far"):
+        from_graph(generated_hetero(), 2, cache_dir=str(tmp_path))

@@ -7,7 +7,8 @@ refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>
 of :func:`tests.support.hetero.with_leaf_relation`) trains the model (float64, no dropout, seeded) for
 ``EPOCHS`` epochs on the generated heterogeneous graph (a featureless type included) and writes
 DIR/<config>/rank<r>.pt: the parameters after training, the gathered predictions of the
-labelled type, the validation accuracy and the traffic totals.
+labelled type, the validation accuracy and the traffic totals. ``--epochs``, ``--save CKPT`` and
+``--resume CKPT`` train to another epoch count, write a checkpoint after fit, or fit from one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import os
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import lightning as L
 import torch
@@ -48,7 +50,8 @@ def lazy(out: Path, world_size: int) -> dict:
     return {"refusal": refusal, "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 
-def run(config: str, out: Path, world_size: int, rank: int) -> None:
+def run(config: str, out: Path, world_size: int, rank: int, epochs: int = EPOCHS, save: Optional[str] = None,
+        resume: Optional[str] = None) -> None:  # fmt: skip
     if config == "lazy":
         target = out / "lazy"
         target.mkdir(parents=True, exist_ok=True)
@@ -60,8 +63,10 @@ def run(config: str, out: Path, world_size: int, rank: int) -> None:
     model = hetero_model(conv, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type, dm.num_classes)
     schedule = [] if mode == "sync" else [HaloSchedule(mode=mode, sync_every=3)]
     strategy = HaloQuantStrategy(bits=int(bits), find_unused_parameters=conv in ("hgt", "han"))
-    trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=EPOCHS, callbacks=schedule)
-    trainer.fit(model, datamodule=dm)
+    trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=epochs, callbacks=schedule)
+    trainer.fit(model, datamodule=dm, ckpt_path=resume)
+    if save:
+        trainer.save_checkpoint(save)  # every rank: the halo state of each is gathered into it
     val = trainer.validate(model, datamodule=dm, verbose=False)[0]
     pred = dm.gather_predictions(trainer.predict(model, datamodule=dm))
     target = out / config.replace(":", "_")
@@ -74,12 +79,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--configs", nargs="+", required=True)
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="train until this many epochs")
+    parser.add_argument("--save", help="write a checkpoint here after fit (one config)")
+    parser.add_argument("--resume", help="fit from this checkpoint (one config)")
     args = parser.parse_args()
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
     for config in args.configs:
         L.seed_everything(0, verbose=False)
-        run(config, Path(args.out), world_size, rank)
+        run(config, Path(args.out), world_size, rank, args.epochs, args.save, args.resume)
 
 
 if __name__ == "__main__":
