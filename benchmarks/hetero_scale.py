@@ -93,7 +93,7 @@ def rank_main(a: argparse.Namespace) -> None:
     import lightning as L
     import torch
 
-    from benchmarks.memory import Sampler, mappings, memory_bound, reset_peak, saved_tensor_hooks, status
+    from benchmarks.memory import Sampler, mappings, memory_bound, reset_peak, saved_bytes_probe, status
     from lightning_halo import HaloDataModule, HaloQuantStrategy
 
     torch.set_num_threads(1)
@@ -107,27 +107,15 @@ def rank_main(a: argparse.Namespace) -> None:
     files = [str(Path(a.parts) / f"part_{rank}.pt")]
     strategy = HaloQuantStrategy(bits=a.bits)
 
-    class Probe(L.Callback):
-        hooks: Any = None
+    class Probe(saved_bytes_probe(record, files)):  # type: ignore[misc]
+        """Each epoch's time and bytes; what the first step saves (as benchmarks.memory); the part pages read."""
+
         t0 = 0.0
         seen: dict = {}
 
         def on_train_epoch_start(self, trainer, pl_module):
             self.seen = dict(strategy.traffic.total)
             self.t0 = time.perf_counter()
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if trainer.current_epoch == 0:
-                params = {p.untyped_storage().data_ptr() for p in pl_module.parameters()}
-                ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
-                self.hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in params or any(
-                    lo <= st.data_ptr() < hi for lo, hi in ranges))  # fmt: skip
-                self.hooks.__enter__()
-
-        def on_before_backward(self, trainer, pl_module, loss):
-            if self.hooks is not None:
-                self.hooks.__exit__(None, None, None)
-                self.hooks = None
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             record["part_pages"] = sum(rss for _, _, rss in mappings(files))

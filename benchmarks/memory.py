@@ -123,6 +123,30 @@ def saved_tensor_hooks(record: dict[str, Any], exclude: Any) -> Any:
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
+def saved_bytes_probe(record: dict[str, Any], files: list[str]) -> type:
+    """A Lightning callback class that counts what autograd saves in the first training step into
+    ``record["saved_bytes"]`` (:func:`saved_tensor_hooks`; parameters and pages of ``files`` excluded)."""
+    import lightning as L
+
+    class SavedBytes(L.Callback):
+        hooks: Any = None
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.current_epoch == 0:
+                params = {p.untyped_storage().data_ptr() for p in pl_module.parameters()}
+                ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
+                self.hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in params or any(
+                    lo <= st.data_ptr() < hi for lo, hi in ranges))  # fmt: skip
+                self.hooks.__enter__()
+
+        def on_before_backward(self, trainer, pl_module, loss):
+            if self.hooks is not None:
+                self.hooks.__exit__(None, None, None)
+                self.hooks = None
+
+    return SavedBytes
+
+
 def memory_bound(part_pages: int, adjacency: int, saved: int, halo: int, model: int, grads: int, optimizer: int) -> int:
     r"""The bytes a training rank cannot avoid: what its step reads of the part files (mapped pages:
     features, labels, the stored CSR pattern of the adjacency and its transpose), the values of one
@@ -330,29 +354,14 @@ def rank_main(a: argparse.Namespace) -> None:
 
     files: list[str] = []
 
-    class Probe(L.Callback):
+    class Probe(saved_bytes_probe(record, files)):  # type: ignore[misc]
         """Phase peaks; in the first step, what autograd saves; after it, the part pages the step read."""
-
-        hooks: Any = None
 
         def on_fit_start(self, trainer, pl_module):  # data loaded, model wrapped
             record["phases"]["load"] = {"peak": status()["VmHWM"], "seconds": time.perf_counter() - t0}
             reset_peak()
             d = Path(a.data) if a.cache_dir is None else trainer.datamodule.cache_for(world).dir
             files.extend(str(d / f"{kind}_{rank}.pt") for kind in ("part", "adj"))
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if trainer.current_epoch == 0:
-                params = {p.untyped_storage().data_ptr() for p in pl_module.parameters()}
-                ranges = [(lo, hi) for lo, hi, _ in mappings(files)]
-                self.hooks = saved_tensor_hooks(record, lambda st: st.data_ptr() in params or any(
-                    lo <= st.data_ptr() < hi for lo, hi in ranges))  # fmt: skip
-                self.hooks.__enter__()
-
-        def on_before_backward(self, trainer, pl_module, loss):
-            if self.hooks is not None:
-                self.hooks.__exit__(None, None, None)
-                self.hooks = None
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             record.setdefault("resident_after_step", []).append(status()["VmRSS"])
