@@ -198,6 +198,45 @@ def test_pipelined_epochs_read_last_epochs_halos() -> None:
     assert torch.isfinite(stale["out"]).all() and stale["ranks"][0]["slots"] == sync["ranks"][0]["slots"]
 
 
+def _drifting(model, batch):
+    """The forward, after moving every weight a little (as an optimiser step would, alike on every rank and in the
+    reference): the rows a layer sends then change from step to step."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.05)
+    return model(batch)
+
+
+def test_periodic_epochs_send_nothing_and_read_the_last_refresh() -> None:
+    """Periodic mode between refreshes (DIGEST): each source type's slot reads the rows of the last sync epoch
+    (so the output differs from sync's while the weights move); the refresh epoch after it is exact again."""
+    data = generated_hetero()
+    model = _model("to_hetero(sage, sum)", data)
+    modes = ["sync", "periodic", "sync"]
+    got = run_threaded_hetero(model, data, 2, _drifting, TARGET, steps=3, mode=lambda e: modes[e])
+    exact = run_threaded_hetero(model, data, 2, _drifting, TARGET, steps=3)
+    for g, e in zip(got["ranks"], exact["ranks"]):
+        assert torch.equal(g["outs"][0], e["outs"][0]) and not torch.equal(g["outs"][1], e["outs"][1])
+        assert torch.isfinite(g["outs"][1]).all() and torch.equal(g["outs"][2], e["outs"][2])
+
+
+@pytest.mark.parametrize(("bound", "stale"), [(0.0, False), (1e9, True)])
+def test_adaptive_staleness_decides_per_source_type_slot_alike_on_every_rank(bound: float, stale: bool) -> None:
+    """Adaptive staleness on heterogeneous partitions: every rank takes the same decision per `<layer>[<type>]`
+    slot; with no drift allowed every epoch is sync (the exact result), with any drift allowed the slots go stale."""
+    data = generated_hetero()
+    model = _model("heteroconv(mixed)", data)
+    modes = ["sync", "adaptive", "adaptive"]
+    got = run_threaded_hetero(model, data, 3, _drifting, TARGET, steps=3, mode=lambda e: modes[e], drift_bound=bound)
+    decisions = [r["decisions"] for r in got["ranks"]]
+    assert decisions[0] and all(d == decisions[0] for d in decisions), decisions
+    assert all((mode != "sync") == stale for mode, _ in decisions[0]), decisions[0]
+    if not stale:
+        exact = run_threaded_hetero(model, data, 3, _drifting, TARGET, steps=3)
+        for g, e in zip(got["ranks"], exact["ranks"]):
+            assert torch.equal(g["outs"][-1], e["outs"][-1])
+
+
 def test_adaptive_bits_agree_per_node_type_slot() -> None:
     """bits="adaptive" on heterogeneous partitions: each source type's fetch is a slot with its own widths, the
     same on every rank, and the epochs after the first choose them from what was sent."""

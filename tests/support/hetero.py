@@ -97,10 +97,11 @@ def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
 
 def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int | str = 32,
                         partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync",
-                        options: Optional[dict] = None) -> dict:  # fmt: skip
+                        options: Optional[dict] = None, drift_bound: Optional[float] = None) -> dict:  # fmt: skip
     """The ranks in threads (as tests.support.threaded.run_threaded), on heterogeneous partitions: the target
     type's logits in global order, the summed loss and gradients, each rank's traffic and slots. ``options``: more
-    :class:`~lightning_halo.exchange.HaloExchanger` options."""
+    :class:`~lightning_halo.exchange.HaloExchanger` options; ``drift_bound``: the ``"adaptive"`` mode's threshold.
+    Each rank also returns the logits of every step (``outs``) and the adaptive decisions of the last one."""
     import copy
 
     from lightning_halo.exchange import HaloExchanger
@@ -121,10 +122,12 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
         part = parts[r]
         ex.bind(part)
         ctx.bind(part)
+        outs = []
         for step in range(steps):
-            ex.begin_step(True, epoch=step, mode=mode(step))
+            ex.begin_step(True, epoch=step, mode=mode(step), drift_bound=drift_bound)
             net.zero_grad()
             out = forward(net, part)
+            outs.append(out.detach())
             loss = ex.prepare_loss(hetero_loss(out, part[target], n_train))
             loss.backward()
         for h in hooks:
@@ -133,7 +136,7 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
                 "grad": {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None},
                 "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices),
                 "widths": ex.widths() if ex.adaptive_bits else [], "noise": ex.width_noise() if ex.adaptive_bits else [],
-                "reach": {k: ex.reach(k) for k in ex.plan_keys()}}  # fmt: skip
+                "reach": {k: ex.reach(k) for k in ex.plan_keys()}, "outs": outs, "decisions": ex.decisions()}  # fmt: skip
 
     results = on_threads(world_size, rank_main, 90)
     n = data[target].num_nodes
