@@ -2,9 +2,10 @@
 
     python -m benchmarks.hetero_accuracy --page docs/heterogeneous.md   # about 15 minutes on 2 cores
     python -m benchmarks.hetero_accuracy --epochs 20 --seeds 0 --datasets dblp   # a quick look
+    python -m benchmarks.hetero_accuracy --convs han --merge --page docs/heterogeneous.md   # one model more
 
 For each dataset (``heco/dblp``: authors in 4 classes; ``heco/acm``: papers in 3; the 20-per-class
-splits), model (``HeteroNodeClassifier`` with ``conv="sage"`` and ``"hgt"``, 64 hidden, 2 layers)
+splits), model (``HeteroNodeClassifier`` with ``conv="sage"``, ``"hgt"`` and ``"han"``, 64 hidden, 2 layers)
 and seed, one run per bit width (32 and 1, sync) on 2 local gloo processes: ``--epochs`` epochs of
 Adam, then the test accuracy of the weights with the best validation accuracy (checked every
 epoch). Writes ``benchmarks/results/hetero_accuracy.json``: every run's figures and the training
@@ -46,7 +47,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
         model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
                                      hidden_channels=64, conv=conv)  # type: ignore[arg-type]  # fmt: skip
         best = ModelCheckpoint(dirpath=out / "ckpt" / config.replace(":", "_"), monitor="val_acc", mode="max")
-        strategy = HaloQuantStrategy(bits=int(bits), seed=int(seed), find_unused_parameters=conv == "hgt")
+        strategy = HaloQuantStrategy(bits=int(bits), seed=int(seed), find_unused_parameters=conv in ("hgt", "han"))
         trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=world_size,
                             max_epochs=epochs, num_sanity_val_steps=0, enable_progress_bar=False,
                             enable_model_summary=False, logger=False, callbacks=[best])  # fmt: skip
@@ -113,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--configs", nargs="+", required=True)
     r.add_argument("--epochs", type=int, required=True)
     p.add_argument("--datasets", nargs="+", default=["dblp", "acm"])
-    p.add_argument("--convs", nargs="+", default=["sage", "hgt"])
+    p.add_argument("--convs", nargs="+", default=["sage", "hgt", "han"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--devices", type=int, default=2)
     p.add_argument("--out", type=Path, default=RESULT)
     p.add_argument("--page", type=Path, default=None, help="write the figures into this docs page (its markers)")
     p.add_argument("--report", action="store_true", help="only write --page from the stored --out")
+    p.add_argument("--merge", action="store_true", help="keep the stored --out's runs of other datasets, models and seeds")
     a = p.parse_args(argv)
     if a.report:
         write_page(a.page, json.loads(a.out.read_text()))
@@ -146,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += [json.loads((work / f"{c.replace(':', '_')}.json").read_text()) for c in configs]
             print(json.dumps(summarise([r for r in rows if r["dataset"] == dataset]), indent=1), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
+    if a.merge and a.out.is_file():  # the runs this one did replace theirs, every other stored run stays
+        ran = {(r["dataset"], r["conv"], r["bits"], r["seed"]) for r in rows}
+        kept = [r for r in json.loads(a.out.read_text())["runs"] if (r["dataset"], r["conv"], r["bits"], r["seed"]) not in ran]
+        rows = kept + rows
     result = {"devices": a.devices, "epochs": a.epochs, "runs": rows, "summary": summarise(rows)}
     a.out.write_text(json.dumps(result, indent=1))
     print(f"written to {a.out}")
