@@ -10,7 +10,7 @@ and seed, one run per bit width (32 and 1, sync) on 2 local gloo processes: ``--
 Adam, then the test accuracy of the weights with the best validation accuracy (checked every
 epoch). Writes ``benchmarks/results/hetero_accuracy.json``: every run's figures and the training
 halo bytes per epoch by layer and source type, and per dataset and model the mean over seeds of
-1-bit minus 32-bit test accuracy (the target of issue 38: within 0.5 points).
+1-bit minus 32-bit test accuracy (the target of issue 38: at most 0.5 points below).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                 continue
             m32, m1 = statistics.mean(acc[32]), statistics.mean(acc[1])
             out.append({"dataset": dataset, "conv": conv, "seeds": len(acc[1]), "test_acc_32": m32, "test_acc_1": m1,
-                        "one_bit_minus_32_pp": 100 * (m1 - m32), "within_0.5pp": abs(100 * (m1 - m32)) <= 0.5})  # fmt: skip
+                        "one_bit_minus_32_pp": 100 * (m1 - m32), "within_0.5pp": 100 * (m1 - m32) >= -0.5})  # fmt: skip
     return out
 
 
