@@ -40,9 +40,9 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
+from lightning_halo._compat.pyg import switch_off
 from lightning_halo.layers.batchnorm import AllSum
 from lightning_halo.layers.call import Aggregation, choose_aggregation
-from lightning_halo._compat.pyg import switch_off
 from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
 from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
 from lightning_halo.partition.halo_partition import stacked_view
@@ -254,11 +254,11 @@ def _normalised_call(
                 f"layer '{name}' ({cls}): learned edge weights with a normalisation would need gradients of remote "
                 "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
             )
+        if spec.switch is None:
+            raise UnsupportedLayerError(f"layer '{name}' ({cls}) normalises without a flag to switch it off")
         ei, w = tools.normalize(name, edge_type, arguments["edge_index"], weight, norm, full.dtype)
         arguments["edge_index"] = ei
         arguments[spec.weight_arg or "edge_weight"] = w
-        if spec.switch is None:
-            raise UnsupportedLayerError(f"layer '{name}' ({cls}) normalises without a flag to switch it off")
         restore = (spec.switch, switch_off(module, spec.switch))  # our weights are final already
     n_local = int(part[src].num_nodes)
     how = _fuse(name, module, spec, arguments, edge_type, n_local, n_local, tools)

@@ -39,9 +39,9 @@ from lightning_halo.layers.hetero import (
     relation_call,
     types_call,
 )
+from lightning_halo.layers.normalize import gcn_weights
 from lightning_halo.layers.propagate import count_propagation, step_inputs
 from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
-from lightning_halo.layers.normalize import gcn_weights
 from lightning_halo.layers.registry import (
     COMPILE_REFUSAL,
     LayerSpec,

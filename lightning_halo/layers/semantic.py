@@ -16,7 +16,7 @@ the single-process gradient.
 
 PyG computes this in ``torch_geometric.nn.conv.han_conv.group``, a module-level function that
 ``HANConv.forward`` calls once per node type, in the order of ``x_dict``.
-:func:`install_group` replaces it once per process with a dispatcher that runs the exact
+:func:`install_group` (at the first :meth:`SemanticCall.open`) replaces it once per process with a dispatcher that runs the exact
 version while a :class:`SemanticCall` is active *on the calling thread* (ranks may be threads)
 and PyG's own otherwise; :meth:`SemanticCall.close` refuses the call if the dispatcher did not
 see one call per node type (a PyG whose ``HANConv`` no longer calls ``group`` would otherwise be
@@ -109,6 +109,7 @@ class SemanticCall:
         return global_semantic_attention(xs, q, k_lin, n_inner, self.all_sum, f"{self.layer}[{node_type}]")
 
     def open(self) -> SemanticCall:
+        install_group()
         stack = getattr(_local, "calls", None)
         if stack is None:
             stack = _local.calls = []
@@ -153,10 +154,7 @@ def install_group() -> None:
 
 
 def uses_semantic_attention(module: Module) -> bool:
-    """Whether ``module`` is a ``HANConv`` (its semantic attention is made global, and PyG's ``group`` routed)."""
+    """Whether ``module`` is a ``HANConv``, whose semantic attention is made global (:class:`SemanticCall`)."""
     from torch_geometric.nn.conv import HANConv
 
-    if not isinstance(module, HANConv):
-        return False
-    install_group()
-    return True
+    return isinstance(module, HANConv)
