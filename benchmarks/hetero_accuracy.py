@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "hetero_accuracy.json"
 
 
-def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
+def rank_main(out: Path, dataset: str, configs: list[str], epochs: int, lr: float = 0.01, dropout: float = 0.5) -> None:
     """One rank: every ``<conv>:<bits>:<seed>`` config on ``dataset``, one after the other."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -45,7 +45,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
         L.seed_everything(int(seed), verbose=False)
         dm = HaloDataModule(graph, cache_dir=os.environ.get("LIGHTNING_HALO_CACHE"))
         model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
-                                     hidden_channels=64, conv=conv)  # type: ignore[arg-type]  # fmt: skip
+                                     hidden_channels=64, conv=conv, lr=lr, dropout=dropout)  # type: ignore[arg-type]  # fmt: skip
         best = ModelCheckpoint(dirpath=out / "ckpt" / config.replace(":", "_"), monitor="val_acc", mode="max")
         strategy = HaloQuantStrategy(bits=int(bits), seed=int(seed), find_unused_parameters=conv in ("hgt", "han"))
         trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=world_size,
@@ -56,7 +56,8 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int) -> None:
                      if kind in ("fwd", "bwd")}  # fmt: skip
         test = trainer.test(model, datamodule=dm, ckpt_path=best.best_model_path, verbose=False)[0]
         if trainer.global_rank == 0:
-            row = {"dataset": dataset, "conv": conv, "bits": int(bits), "seed": int(seed), "epochs": epochs,
+            row = {"dataset": dataset, "conv": conv, "bits": int(bits), "seed": int(seed), "epochs": epochs, "lr": lr,
+                   "dropout": dropout,
                    "best_val_acc": float(best.best_model_score), "test_acc": float(test["test_acc"]),
                    "bytes_per_epoch": per_epoch}  # fmt: skip
             (out / f"{config.replace(':', '_')}.json").write_text(json.dumps(row))
@@ -113,11 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--dataset", required=True)
     r.add_argument("--configs", nargs="+", required=True)
     r.add_argument("--epochs", type=int, required=True)
+    r.add_argument("--lr", type=float, required=True)
+    r.add_argument("--dropout", type=float, required=True)
     p.add_argument("--datasets", nargs="+", default=["dblp", "acm"])
     p.add_argument("--convs", nargs="+", default=["sage", "hgt", "han"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.01, help="Adam's learning rate (HeteroNodeClassifier's default)")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout between layers (HeteroNodeClassifier's default)")
     p.add_argument("--out", type=Path, default=RESULT)
     p.add_argument("--page", type=Path, default=None, help="write the figures into this docs page (its markers)")
     p.add_argument("--report", action="store_true", help="only write --page from the stored --out")
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         write_page(a.page, json.loads(a.out.read_text()))
         return 0
     if a.cmd == "rank":
-        rank_main(a.out, a.dataset, a.configs, a.epochs)
+        rank_main(a.out, a.dataset, a.configs, a.epochs, a.lr, a.dropout)
         return 0
     from benchmarks.launch import check, run_workers
     from benchmarks.shared import find_shared
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for dataset in a.datasets:
             configs = [f"{conv}:{bits}:{seed}" for conv in a.convs for seed in a.seeds for bits in (32, 1)]
             args = [str(Path(__file__).resolve()), "rank", "--out", str(work), "--dataset", dataset,
-                    "--epochs", str(a.epochs), "--configs", *configs]  # fmt: skip
+                    "--epochs", str(a.epochs), "--lr", str(a.lr), "--dropout", str(a.dropout), "--configs", *configs]  # fmt: skip
             check(run_workers(args, a.devices, timeout=7200, env=env))
             rows += [json.loads((work / f"{c.replace(':', '_')}.json").read_text()) for c in configs]
             print(json.dumps(summarise([r for r in rows if r["dataset"] == dataset]), indent=1), flush=True)

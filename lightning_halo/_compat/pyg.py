@@ -72,23 +72,35 @@ def explicit_num_nodes(data: Any) -> Optional[int]:
     return store["num_nodes"] if "num_nodes" in store else None
 
 
-def pair_ids(edge_index: Any, num_nodes: int, force_undirected: bool = False) -> tuple[Any, int]:
-    """Node pairs as one id each, without self-loops, and the number of such pairs (PyG's negative-sampling vector).
+def pair_ids(edge_index: Any, num_nodes: "int | tuple[int, int]", force_undirected: bool = False) -> tuple[Any, int]:
+    """Node pairs as one id each and the number of possible pairs (PyG's negative-sampling vector).
 
     ``torch_geometric.utils._negative_sampling.edge_index_to_vector``: the numbering PyG's
-    ``negative_sampling`` draws from, so our sampler draws from the same population.
+    ``negative_sampling`` draws from, so our sampler draws from the same population. An ``int``
+    ``num_nodes`` is one node set (self-loops are no pairs); a tuple ``(N_src, N_dst)`` is
+    bipartite (two node types: every ``(u, v)`` is a pair), as PyG's ``size`` argument.
 
     Example:
         >>> pair_ids(torch.tensor([[0, 1], [1, 0]]), 3)
         (tensor([0, 2]), 6)
+        >>> pair_ids(torch.tensor([[0, 1], [1, 0]]), (2, 3))
+        (tensor([1, 3]), 6)
     """
     from torch_geometric.utils._negative_sampling import edge_index_to_vector
 
-    return edge_index_to_vector(edge_index, (num_nodes, num_nodes), False, force_undirected)
+    size, bipartite = _pair_size(num_nodes)
+    return edge_index_to_vector(edge_index, size, bipartite, force_undirected and not bipartite)
 
 
-def pairs_of(ids: Any, num_nodes: int, force_undirected: bool = False) -> Any:
+def pairs_of(ids: Any, num_nodes: "int | tuple[int, int]", force_undirected: bool = False) -> Any:
     """The inverse of :func:`pair_ids`: ``[2, k]`` pairs (with ``force_undirected``, both directions)."""
     from torch_geometric.utils._negative_sampling import vector_to_edge_index
 
-    return vector_to_edge_index(ids, (num_nodes, num_nodes), False, force_undirected)
+    size, bipartite = _pair_size(num_nodes)
+    return vector_to_edge_index(ids, size, bipartite, force_undirected and not bipartite)
+
+
+def _pair_size(num_nodes: "int | tuple[int, int]") -> tuple[tuple[int, int], bool]:
+    if isinstance(num_nodes, (tuple, list)):
+        return (int(num_nodes[0]), int(num_nodes[1])), True
+    return (int(num_nodes), int(num_nodes)), False

@@ -165,7 +165,7 @@ class HaloDataModule(pl.LightningDataModule):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._source: Union[InMemorySource, PathSource, PartitionDirectory, HeteroSource, HeteroPartitionDirectory]
         hetero = open_hetero(data)  # a torch.save'd HeteroData or a heterogeneous graph directory
-        if isinstance(data, InMemorySource):  # a graph built at first use (HaloLinkDataModule's stages)
+        if isinstance(data, (InMemorySource, HeteroSource)):  # a graph built at first use (HaloLinkDataModule's stages)
             self._source = data
         elif isinstance(data, Data):
             self._source = InMemorySource(data)

@@ -185,7 +185,7 @@ class HaloExchanger:
         """
         if part is self._part:
             return False
-        if isinstance(part, HaloPartition) and isinstance(self._part, HaloPartition) and part.shares_structure(self._part):
+        if type(part) is type(self._part) and part.shares_structure(self._part):  # type: ignore[arg-type]
             self._part = part
             self._inputs.bind(part, same_partition=True)
             return False

@@ -23,6 +23,7 @@ from lightning_halo.exchange.current import current_exchanger
 from lightning_halo.exchange.exchanger import HaloExchanger
 from lightning_halo.exchange.wire import Wire
 from lightning_halo.partition.halo_partition import HaloPartition
+from lightning_halo.partition.hetero import HeteroHaloPartition
 
 #: The name under which the traffic of :func:`gather_rows` is counted.
 LAYER = "gather_rows"
@@ -48,10 +49,11 @@ class RowDirectory:
         return int(self.owner.numel())
 
     @classmethod
-    def build(cls, part: HaloPartition, wire: Wire) -> RowDirectory:
-        """The directory of ``part``'s partitioning (a collective: every rank calls it)."""
-        n, world = int(part.num_nodes_global), wire.world_size
-        mine = part.n_id.reshape(-1, 1)
+    def build(cls, inner: Tensor, num_nodes: int, wire: Wire) -> RowDirectory:
+        """The directory of one partitioning of ``num_nodes`` nodes, ``inner`` this rank's global ids in row order
+        (a collective: every rank calls it)."""
+        n, world = int(num_nodes), wire.world_size
+        mine = inner.reshape(-1, 1)
         ones = (1,) * world
         sizes = torch.full((world, 1), mine.size(0), dtype=torch.long, device=mine.device)
         got = wire.exchange(sizes, 32, ones, ones, LAYER, "aux").view(-1).tolist() if world > 1 else [mine.size(0)]
@@ -133,10 +135,36 @@ class _GatherRows(torch.autograd.Function):
         return grad, None, None, None
 
 
-def _directory_of(exchanger: HaloExchanger, part: HaloPartition) -> RowDirectory:
-    """The bound partition's directory: the exchanger's, built at the first call after a bind (a collective,
-    reached by every rank together) and dropped with the binding (each rank's own, never kept past it)."""
-    return exchanger.partition_value(LAYER, lambda: RowDirectory.build(part, exchanger.collectives.wire))
+def _directory_of(exchanger: HaloExchanger, rows: _Rows) -> RowDirectory:
+    """The directory of the bound partition's rows (of one node type): the exchanger's, built at the first call
+    after a bind (a collective, reached by every rank together) and dropped with the binding (each rank's own,
+    never kept past it)."""
+    key = LAYER if rows.node_type is None else f"{LAYER}[{rows.node_type}]"
+    return exchanger.partition_value(key, lambda: RowDirectory.build(rows.inner, rows.num_nodes, exchanger.collectives.wire))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows ``z`` stands for: a node type's (``None``: the graph's) inner nodes on this rank."""
+
+    node_type: Optional[str]
+    inner: Tensor  # their global ids (within the type), in row order
+    num_nodes: int  # nodes (of the type) in the whole graph
+
+
+def _rows_of(part: HaloPartition | HeteroHaloPartition, node_type: Optional[str]) -> _Rows:
+    if isinstance(part, HeteroHaloPartition):
+        if node_type not in part.node_types:
+            said = "no node_type" if node_type is None else f"node_type={node_type!r}"
+            raise ValueError(
+                f"gather_rows on a heterogeneous partition needs the node type of z's rows, got {said}; pass "
+                f"node_type= one of {list(part.node_types)}, e.g. gather_rows(z_dict['author'], ids, node_type='author')."
+            )
+        store = part[node_type]
+        return _Rows(node_type, store.n_id[: int(store.n_inner)], int(store.num_nodes_global))
+    if node_type is not None:
+        raise ValueError(f"gather_rows(node_type={node_type!r}) is for heterogeneous partitions; this graph has one node set")
+    return _Rows(None, part.n_id, int(part.num_nodes_global))
 
 
 def _check_ids(global_ids: Tensor, num_nodes: int) -> None:
@@ -157,7 +185,9 @@ def _how(exchanger: HaloExchanger) -> _How:
     return _How(exchanger.eval_bits, exchanger.eval_bits, "eval", exchanger.state.eval_generator)
 
 
-def gather_rows(z: Tensor, global_ids: Tensor, *, exchanger: Optional[HaloExchanger] = None) -> Tensor:
+def gather_rows(
+    z: Tensor, global_ids: Tensor, *, node_type: Optional[str] = None, exchanger: Optional[HaloExchanger] = None
+) -> Tensor:
     r"""The rows of ``z`` of any nodes of the whole graph, by global id, differentiable.
 
     Under :class:`~lightning_halo.HaloQuantStrategy`, ``z`` holds this rank's inner rows (what
@@ -173,7 +203,11 @@ def gather_rows(z: Tensor, global_ids: Tensor, *, exchanger: Optional[HaloExchan
     Args:
         z (Tensor): node representations of this rank's inner nodes ``[n_inner, *]`` (on one
             process: ``[N, *]``).
-        global_ids (Tensor): global node ids of any shape, e.g. ``batch.edge_label_index``.
+        global_ids (Tensor): global node ids of any shape, e.g. ``batch.edge_label_index``; on a
+            heterogeneous graph, ids within ``node_type`` (e.g. ``batch[edge_type].edge_label_index[0]``
+            with the edge type's source type).
+        node_type (str, optional): on a heterogeneous partition, the node type whose rows ``z``
+            holds (required there: each type has its own ids and owners). (default: ``None``)
         exchanger (HaloExchanger, optional): the exchange to use (in-process test ranks);
             defaults to the running strategy's.
 
@@ -193,14 +227,16 @@ def gather_rows(z: Tensor, global_ids: Tensor, *, exchanger: Optional[HaloExchan
     if part is None:
         _check_ids(global_ids, z.size(0))
         return z[global_ids]
-    _check_ids(global_ids, int(part.num_nodes_global))
-    if z.size(0) != int(part.n_inner):
+    rows = _rows_of(part, node_type)
+    _check_ids(global_ids, rows.num_nodes)
+    if z.size(0) != rows.inner.numel():
+        whose = "" if node_type is None else f" of node type {node_type!r}"
         raise ValueError(
-            f"gather_rows expects this rank's inner rows ({int(part.n_inner)}, as the hooked layers return), got "
-            f"{z.size(0)} rows; pass the encoder's output for the whole partition, not a slice or [x; halo_x]."
+            f"gather_rows expects this rank's inner rows{whose} ({rows.inner.numel()}, as the hooked layers return), "
+            f"got {z.size(0)} rows; pass the encoder's output for the whole partition, not a slice or [x; halo_x]."
         )
-    directory = _directory_of(ex, part)
+    directory = _directory_of(ex, rows)
     uniq, inverse = torch.unique(global_ids.reshape(-1), return_inverse=True)
     req = plan_request(uniq.to(directory.owner.device), directory, ex.collectives.wire)
-    rows = _GatherRows.apply(z.reshape(z.size(0), -1), ex.collectives.wire, req, _how(ex))
-    return rows[inverse.to(rows.device)].reshape(*global_ids.shape, *z.shape[1:])
+    got = _GatherRows.apply(z.reshape(z.size(0), -1), ex.collectives.wire, req, _how(ex))
+    return got[inverse.to(got.device)].reshape(*global_ids.shape, *z.shape[1:])

@@ -42,7 +42,9 @@ class NegativeSampler:
     Args:
         edge_index (Tensor): the edges to avoid, ``[2, E]`` (typically the message-passing edges
             of the training split, as in PyG's ``examples/link_pred.py``).
-        num_nodes (int): number of nodes.
+        num_nodes (int or tuple): number of nodes; or ``(N_src, N_dst)`` for the pairs of two node
+            types (bipartite, as PyG's ``size``: source ids in ``[0, N_src)``, targets in
+            ``[0, N_dst)``, and a pair ``(i, i)`` is no self-loop).
         seed (int, optional): the user's seed. (default: ``0``)
         force_undirected (bool, optional): sample undirected pairs (``i < j``) and return both
             directions, as PyG's ``force_undirected=True``. (default: ``False``)
@@ -57,12 +59,21 @@ class NegativeSampler:
         True
     """
 
-    def __init__(self, edge_index: Tensor, num_nodes: int, seed: int = 0, force_undirected: bool = False) -> None:
+    def __init__(
+        self, edge_index: Tensor, num_nodes: Union[int, tuple[int, int]], seed: int = 0, force_undirected: bool = False
+    ) -> None:
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-        if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-            raise ValueError(f"edge_index holds node ids outside [0, {num_nodes}); pass the graph's num_nodes")
-        self.num_nodes, self.seed, self.force_undirected = int(num_nodes), int(seed), bool(force_undirected)
+        bipartite = isinstance(num_nodes, (tuple, list))
+        sizes = (int(num_nodes[0]), int(num_nodes[1])) if bipartite else (int(num_nodes),) * 2  # type: ignore[index, arg-type]
+        if bipartite and force_undirected:
+            raise ValueError("force_undirected needs one node set; pairs of two node types (a tuple num_nodes) have no reverse")
+        for row, n in zip(edge_index, sizes):
+            if row.numel() and (int(row.min()) < 0 or int(row.max()) >= n):
+                raise ValueError(f"edge_index holds node ids outside [0, {n}); pass the graph's num_nodes"
+                                 + (" as (num_src_nodes, num_dst_nodes)" if bipartite else ""))  # fmt: skip
+        self.num_nodes: Union[int, tuple[int, int]] = sizes if bipartite else sizes[0]
+        self.seed, self.force_undirected = int(seed), bool(force_undirected)
         self.device = edge_index.device
         idx, self.population = pair_ids(edge_index.cpu().long(), num_nodes, force_undirected)
         self._edges = torch.unique(idx)  # sorted; the set, independent of order and repeats
@@ -101,7 +112,7 @@ class NegativeSampler:
 
 def negative_sampling(
     edge_index: Tensor,
-    num_nodes: Optional[int] = None,
+    num_nodes: Optional[Union[int, tuple[int, int]]] = None,
     num_neg_samples: Optional[Union[int, float]] = None,
     method: str = "sparse",
     force_undirected: bool = False,
@@ -111,8 +122,9 @@ def negative_sampling(
 ) -> Tensor:
     r"""Drop-in for :func:`torch_geometric.utils.negative_sampling`, reproducible across processes.
 
-    The same arguments as PyG's (homogeneous graphs; ``method`` is accepted for compatibility,
-    both draw uniformly without repeats), plus ``seed`` and ``epoch``: the draw depends only on
+    The same arguments as PyG's (a tuple ``num_nodes`` for the pairs of two node types, as PyG's
+    bipartite ``size``; ``method`` is accepted for compatibility, both draw uniformly without
+    repeats), plus ``seed`` and ``epoch``: the draw depends only on
     the *set* of edges, ``num_nodes``, ``seed`` and ``epoch``, never on global random state.
     So a single-process PyG loop calling ``negative_sampling(train_edge_index, N, k, seed=s,
     epoch=e)`` draws the negatives that :class:`~lightning_halo.HaloLinkDataModule` hands the
@@ -120,7 +132,8 @@ def negative_sampling(
 
     Args:
         edge_index (Tensor): the edges to avoid.
-        num_nodes (int, optional): number of nodes. (default: ``edge_index.max() + 1``)
+        num_nodes (int or tuple, optional): number of nodes, or ``(N_src, N_dst)`` for pairs of two
+            node types (bipartite). (default: ``edge_index.max() + 1``)
         num_neg_samples (int or float, optional): pairs to return; a float is a fraction of
             ``E``. (default: ``E``)
         method (str, optional): ``"sparse"`` or ``"dense"`` (same draw). (default: ``"sparse"``)
@@ -138,9 +151,11 @@ def negative_sampling(
     """
     if method not in ("sparse", "dense"):
         raise ValueError(f"method must be 'sparse' or 'dense' (as in PyG), got {method!r}")
-    if not isinstance(num_nodes, (int, type(None))):
-        raise TypeError("bipartite sizes (a tuple num_nodes) are not supported; pass an int")
-    n = int(edge_index.max()) + 1 if num_nodes is None and edge_index.numel() else int(num_nodes or 0)
+    n: Union[int, tuple[int, int]]
+    if isinstance(num_nodes, (tuple, list)):
+        n = (int(num_nodes[0]), int(num_nodes[1]))
+    else:
+        n = int(edge_index.max()) + 1 if num_nodes is None and edge_index.numel() else int(num_nodes or 0)
     if num_neg_samples is None:
         num_neg_samples = edge_index.size(1)
     elif isinstance(num_neg_samples, float):

@@ -6,7 +6,10 @@ edge is held out of the message-passing graph in *both* directions. The message-
 of training and validation is the training edges (in both directions when undirected), that
 of the test stage the training and validation edges, as in ``RandomLinkSplit``; the
 supervision pairs are the held-out edges once each (``i <= j``). For a directed graph every
-edge is a candidate and only that direction is held out.
+edge is a candidate and only that direction is held out. The edges of two node types (an edge
+type ``(src, rel, dst)`` with ``src != dst``; ``num_nodes=(N_src, N_dst)``) are directed: their
+reverse is another edge type, which :class:`~lightning_halo.HaloLinkDataModule` rebuilds from
+the split (``rev_edge_type``, as ``RandomLinkSplit``'s ``rev_edge_types``).
 
 The permutation is the one ``RandomLinkSplit`` draws after ``torch.manual_seed(seed)``, so the
 positives of each split equal PyG's for the same seed; the fixed validation and test negatives
@@ -75,7 +78,7 @@ def _count(value: Union[int, float], total: int, name: str) -> int:
 
 def link_split(
     edge_index: Tensor,
-    num_nodes: int,
+    num_nodes: Union[int, tuple[int, int]],
     num_val: Union[int, float] = 0.1,
     num_test: Union[int, float] = 0.1,
     neg_ratio: float = 1.0,
@@ -86,7 +89,8 @@ def link_split(
 
     Args:
         edge_index (Tensor): the graph's edges ``[2, E]``.
-        num_nodes (int): number of nodes.
+        num_nodes (int or tuple): number of nodes; ``(N_src, N_dst)`` for the edges of two node
+            types (bipartite: split as directed, negatives drawn from every source-target pair).
         num_val (int or float, optional): validation edges (a fraction of the candidates, or a
             count). (default: ``0.1``)
         num_test (int or float, optional): test edges. (default: ``0.1``)
@@ -108,7 +112,14 @@ def link_split(
     if neg_ratio < 0:
         raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
     edge_index = edge_index.cpu().long()  # pair ids are products of node ids: no int32
-    if undirected is None:
+    if isinstance(num_nodes, (tuple, list)):
+        if undirected:
+            raise ValueError(
+                "undirected=True, but these are the edges of two node types (num_nodes is a tuple): their reverse is "
+                "another edge type. Pass undirected=False (or None); HaloLinkDataModule(rev_edge_type=...) rebuilds it."
+            )
+        undirected = False
+    elif undirected is None:
         undirected = bool(pyg_is_undirected(edge_index, num_nodes=num_nodes))
     elif undirected and not pyg_is_undirected(edge_index, num_nodes=num_nodes):
         raise ValueError(

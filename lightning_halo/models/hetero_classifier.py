@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any, Literal, Optional
 
 import lightning.pytorch as pl
@@ -21,22 +22,99 @@ Featureless = Literal["embedding", "type"]
 EdgeType = tuple[str, str, str]
 
 
-def needed_relations(edge_types: list[EdgeType], target: str, layers: int) -> list[list[EdgeType]]:
-    """Per layer, the edge types whose messages reach ``target``'s output (the others' weights would get no
-    gradient, which DDP refuses): layer :math:`L` reads the relations into ``target``, layer :math:`l` those
-    into the types layer :math:`l+1` reads (its relations' sources and targets).
+def needed_relations(edge_types: list[EdgeType], target: str | Sequence[str], layers: int) -> list[list[EdgeType]]:
+    """Per layer, the edge types whose messages reach the output of ``target`` (one node type or several) (the
+    others' weights would get no gradient, which DDP refuses): layer :math:`L` reads the relations into the
+    targets, layer :math:`l` those into the types layer :math:`l+1` reads (its relations' sources and targets).
 
     Example:
         >>> needed_relations([("a", "to", "p"), ("p", "to", "a"), ("p", "to", "v")], "p", 2)
         [[('a', 'to', 'p'), ('p', 'to', 'a')], [('a', 'to', 'p')]]
+        >>> needed_relations([("a", "to", "p"), ("p", "to", "a"), ("p", "to", "v")], ["a", "p"], 1)
+        [[('a', 'to', 'p'), ('p', 'to', 'a')]]
     """
     per_layer: list[list[EdgeType]] = []
-    wanted = {target}
+    wanted = {target} if isinstance(target, str) else set(target)
     for _ in range(layers):
         chosen = [e for e in edge_types if e[2] in wanted]
         per_layer.append(chosen)
         wanted = {t for e in chosen for t in (e[0], e[2])}  # what it reads: sources, and targets' own rows
     return per_layer[::-1]
+
+
+def check_hetero_options(conv: str, featureless: str, hidden_channels: int, heads: int,
+                         kinds: tuple[str, ...] = ("sage", "gat", "hgt", "han")) -> None:  # fmt: skip
+    """The zoo's heterogeneous encoder options, checked once for every model that builds one."""
+    if featureless not in ("embedding", "type"):
+        raise ValueError(f"featureless must be 'embedding' or 'type', got {featureless!r}")
+    if conv not in kinds:
+        raise ValueError(f"conv must be one of {list(kinds)}, got {conv!r}")
+    if conv != "sage" and hidden_channels % heads:
+        raise ValueError(f"hidden_channels={hidden_channels} must be a multiple of heads={heads}")
+
+
+def hetero_layers(metadata: tuple[list[str], list[EdgeType]], num_features: dict[str, int], num_nodes: dict[str, int],
+                  targets: Sequence[str], *, hidden: int, num_layers: int, conv: str, heads: int,
+                  featureless: str) -> tuple[nn.ModuleDict, nn.ModuleList]:  # fmt: skip
+    """The zoo's heterogeneous encoder: an input module per node type the first layer reads (a projection, or an
+    embedding for a type without features) and ``num_layers`` layers whose outputs reach ``targets``
+    (:func:`needed_relations`; ``"hgt"`` and ``"han"`` update every type)."""
+    node_types, edge_types = list(metadata[0]), [tuple(e) for e in metadata[1]]
+    for t in targets:
+        if t not in node_types:
+            raise ValueError(f"{t!r} is not a node type of the graph ({node_types})")
+    missing = [t for t in node_types if t not in num_features or t not in num_nodes]
+    if missing:
+        raise ValueError(f"num_features and num_nodes must name every node type; missing {missing}")
+    every_type = conv in ("hgt", "han")  # one layer over all types
+    layers = [edge_types] if every_type else needed_relations(edge_types, targets, num_layers)  # type: ignore[arg-type]
+    read = set(node_types) if every_type else {t for e in layers[0] for t in (e[0], e[2])}
+    inputs = nn.ModuleDict({
+        t: nn.Linear(num_features[t], hidden) if num_features[t]
+        else nn.Embedding(num_nodes[t] if featureless == "embedding" else 1, hidden)
+        for t in node_types if t in read
+    })  # fmt: skip
+    from torch_geometric.nn import GATConv, HANConv, HeteroConv, HGTConv, SAGEConv
+
+    def relation() -> nn.Module:
+        if conv == "sage":
+            return SAGEConv((hidden, hidden), hidden)
+        # a relation joins two node types: PyG's GATConv takes (x_src, x_dst) without self-loops
+        return GATConv((hidden, hidden), hidden // heads, heads=heads, add_self_loops=False)
+
+    if every_type:
+        layer = HGTConv if conv == "hgt" else HANConv
+        meta = (node_types, edge_types)
+        return inputs, nn.ModuleList([layer(hidden, hidden, meta, heads=heads) for _ in range(num_layers)])
+    with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
+        warnings.filterwarnings("ignore", message="There exist node types")
+        return inputs, nn.ModuleList([HeteroConv({e: relation() for e in chosen}, aggr="sum") for chosen in layers])
+
+
+def hetero_embed(inputs: nn.ModuleDict, batch: Any, featureless: str) -> dict[str, Tensor]:
+    """Every node type's first hidden rows: features projected, or embeddings of ``batch[type].n_id``; on a
+    partition for its halo rows too (:func:`~lightning_halo.partition.hetero.local_features`), so the first
+    layer needs no exchange."""
+    out = {}
+    for t, module in inputs.items():
+        store = batch[t]
+        if isinstance(module, nn.Embedding) and featureless == "type":
+            out[t] = module.weight.expand(int(store.num_nodes), -1)  # every local row: the type's one row
+        elif isinstance(module, nn.Embedding):
+            ids = store.n_id if "n_id" in store else torch.arange(store.num_nodes, device=module.weight.device)
+            out[t] = module(ids)
+        else:  # every local row (halo too, on a partition): the projection needs no exchange
+            out[t] = module(local_features(store))
+    return out
+
+
+def hetero_propagate(convs: nn.ModuleList, x: dict[str, Tensor], edges: Any, dropout: float, training: bool) -> dict[str, Tensor]:
+    """The layers over ``edges`` (``batch.edge_index_dict``), ReLU and dropout between them."""
+    for i, conv in enumerate(convs):
+        x = conv(x, edges)
+        if i < len(convs) - 1:
+            x = {t: F.dropout(F.relu(v), p=dropout, training=training) for t, v in x.items() if v is not None}
+    return x
 
 
 class HeteroNodeClassifier(pl.LightningModule):
@@ -116,12 +194,7 @@ class HeteroNodeClassifier(pl.LightningModule):
         featureless: Featureless = "embedding",
     ) -> None:
         super().__init__()
-        if featureless not in ("embedding", "type"):
-            raise ValueError(f"featureless must be 'embedding' or 'type', got {featureless!r}")
-        if conv not in ("sage", "gat", "hgt", "han"):
-            raise ValueError(f"conv must be 'sage', 'gat', 'hgt' or 'han', got {conv!r}")
-        if conv != "sage" and hidden_channels % heads:
-            raise ValueError(f"hidden_channels={hidden_channels} must be a multiple of heads={heads}")
+        check_hetero_options(conv, featureless, hidden_channels, heads)
         self.save_hyperparameters()
         self.val_acc = MulticlassAccuracy(out_channels, average="micro")
         self.test_acc = MulticlassAccuracy(out_channels, average="micro")
@@ -150,65 +223,22 @@ class HeteroNodeClassifier(pl.LightningModule):
     def _build(self, metadata: tuple[list[str], list[EdgeType]], num_features: dict[str, int], num_nodes: dict[str, int],
                target: str) -> None:  # fmt: skip
         h = self.hparams
-        hidden, conv, heads = h.hidden_channels, h.conv, h.heads
-        node_types, edge_types = list(metadata[0]), [tuple(e) for e in metadata[1]]
-        if target not in node_types:
-            raise ValueError(f"target={target!r} is not a node type of the graph ({node_types})")
-        missing = [t for t in node_types if t not in num_features or t not in num_nodes]
-        if missing:
-            raise ValueError(f"num_features and num_nodes must name every node type; missing {missing}")
+        if target not in metadata[0]:
+            raise ValueError(f"target={target!r} is not a node type of the graph ({list(metadata[0])})")
         self.target = target
-        self.meta = (node_types, edge_types)
-        every_type = conv in ("hgt", "han")  # one layer over all types
-        layers = [edge_types] if every_type else needed_relations(edge_types, target, h.num_layers)  # type: ignore[arg-type]
-        read = set(node_types) if every_type else {t for e in layers[0] for t in (e[0], e[2])}
-        self.inputs = nn.ModuleDict({
-            t: nn.Linear(num_features[t], hidden) if num_features[t]
-            else nn.Embedding(num_nodes[t] if h.featureless == "embedding" else 1, hidden)
-            for t in node_types if t in read
-        })  # fmt: skip
-        from torch_geometric.nn import GATConv, HANConv, HeteroConv, HGTConv, SAGEConv
-
-        def relation() -> nn.Module:
-            if conv == "sage":
-                return SAGEConv((hidden, hidden), hidden)
-            # a relation joins two node types: PyG's GATConv takes (x_src, x_dst) without self-loops
-            return GATConv((hidden, hidden), hidden // heads, heads=heads, add_self_loops=False)
-
-        if every_type:
-            layer = HGTConv if conv == "hgt" else HANConv
-            self.convs = nn.ModuleList([layer(hidden, hidden, self.meta, heads=heads) for _ in range(h.num_layers)])
-        else:
-            with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
-                warnings.filterwarnings("ignore", message="There exist node types")
-                self.convs = nn.ModuleList([HeteroConv({e: relation() for e in chosen}, aggr="sum") for chosen in layers])
-        self.head = nn.Linear(hidden, h.out_channels)
+        self.meta = (list(metadata[0]), [tuple(e) for e in metadata[1]])
+        self.inputs, self.convs = hetero_layers(metadata, num_features, num_nodes, [target], hidden=h.hidden_channels,
+                                                num_layers=h.num_layers, conv=h.conv, heads=h.heads,
+                                                featureless=h.featureless)  # fmt: skip
+        self.head = nn.Linear(h.hidden_channels, h.out_channels)
 
     def embed(self, batch: Any) -> dict[str, Tensor]:
-        """Every node type's first hidden rows: features projected, or embeddings of ``batch[type].n_id``; on a
-        partition for its halo rows too (:func:`~lightning_halo.partition.hetero.local_features`), so the first
-        layer needs no exchange."""
-        out = {}
-        for t, module in self.inputs.items():
-            store = batch[t]
-            if isinstance(module, nn.Embedding) and self.hparams.featureless == "type":
-                out[t] = module.weight.expand(int(store.num_nodes), -1)  # every local row: the type's one row
-            elif isinstance(module, nn.Embedding):
-                ids = store.n_id if "n_id" in store else torch.arange(store.num_nodes, device=module.weight.device)
-                out[t] = module(ids)
-            else:  # every local row (halo too, on a partition): the projection needs no exchange
-                out[t] = module(local_features(store))
-        return out
+        """Every node type's first hidden rows (:func:`hetero_embed`)."""
+        return hetero_embed(self.inputs, batch, self.hparams.featureless)
 
     @override
     def forward(self, batch: Any) -> Tensor:
-        x = self.embed(batch)
-        edges = batch.edge_index_dict
-        p = self.hparams.dropout
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edges)
-            if i < len(self.convs) - 1:
-                x = {t: F.dropout(F.relu(v), p=p, training=self.training) for t, v in x.items() if v is not None}
+        x = hetero_propagate(self.convs, self.embed(batch), batch.edge_index_dict, self.hparams.dropout, self.training)
         return self.head(x[self.target])
 
     @override

@@ -22,6 +22,7 @@ All functions here are pure: tensors in, tensors out.
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -420,6 +421,10 @@ def type_counts(plans: Sequence[HeteroPartPlan]) -> list[dict[str, dict[str, int
     return out
 
 
+#: Per node type, what the exchange plans from: two views of a partition share these (and every ``edge_index``).
+NODE_STRUCTURE_KEYS = ("n_id", "n_inner", "num_nodes", "send_index", "send_counts", "recv_counts")
+
+
 class HeteroHaloPartition(HeteroData):
     r"""One rank's share of a heterogeneous graph: a :class:`~torch_geometric.data.HeteroData` in local ids.
 
@@ -462,6 +467,45 @@ class HeteroHaloPartition(HeteroData):
             if self[t].get("x") is x:
                 return t
         return None
+
+    def with_attrs(self, store: str | EdgeType | None = None, **attrs: Any) -> HeteroHaloPartition:
+        """A new batch object of this partition with ``attrs`` set on one store: every tensor shared, none copied.
+
+        As :meth:`HaloPartition.with_attrs <lightning_halo.HaloPartition.with_attrs>`: what a data
+        module hands each stage (its pairs, ``batch[edge_type].edge_label_index`` as PyG's
+        ``RandomLinkSplit`` places them), viewed by the exchange as the same partition while the
+        structure (:data:`NODE_STRUCTURE_KEYS`, every ``edge_index``) is untouched.
+
+        Args:
+            store (str or tuple, optional): the node type or edge type to set ``attrs`` on;
+                ``None``: the graph-level store. (default: ``None``)
+            **attrs: the attributes.
+
+        Example:
+            >>> view = part.with_attrs(("author", "writes", "paper"), edge_label=labels)  # doctest: +SKIP
+            >>> view.shares_structure(part)  # doctest: +SKIP
+            True
+        """
+        out = copy.copy(self)  # PyG's shallow copy: new stores holding the same tensors
+        target = out if store is None else out[store]
+        for key, value in attrs.items():
+            target[key] = value
+        return out
+
+    def shares_structure(self, other: Any) -> bool:
+        """Whether ``other`` is a view of this very partition (:meth:`with_attrs`): the same node and edge types, each
+        node type's plan (:data:`NODE_STRUCTURE_KEYS`) and each edge type's ``edge_index`` the same objects."""
+        if not isinstance(other, HeteroHaloPartition) or other.node_types != self.node_types:
+            return False
+        if other.edge_types != self.edge_types:
+            return False
+        pairs = [(self[t].get(k), other[t].get(k)) for t in self.node_types for k in NODE_STRUCTURE_KEYS]
+        pairs += [(self[e].get("edge_index"), other[e].get("edge_index")) for e in self.edge_types]
+        for mine, theirs in pairs:
+            numbers = not isinstance(mine, Tensor) and not isinstance(theirs, Tensor)
+            if not (mine is theirs or (numbers and mine == theirs)):
+                return False
+        return True
 
     def to_state(self) -> dict[str, Any]:
         """Plain dicts of tensors and scalars (what a part file holds; ``torch.load(weights_only=True)`` reads it).

@@ -24,14 +24,17 @@ def data_override(config: Path, tmp_path: Path) -> list[str]:
     """Configs name ../shared/datasets relative to the checkout; point elsewhere if it lives elsewhere. A
     heterogeneous config gets a generated graph directory (its data is one the user writes)."""
     text = config.read_text()
-    if "HeteroNodeClassifier" in text:
+    if "HeteroNodeClassifier" in text or "HeteroLinkPredictor" in text:
         from lightning_halo.data import save_npy_graph
         from tests.support.hetero import generated_hetero
 
         graph = generated_hetero()
         for t in ("paper", "author"):
             graph[t].x = graph[t].x.float()
-        return ["--data.data", str(save_npy_graph(graph, tmp_path / "hetero-graph"))]
+        data = ["--data.data", str(save_npy_graph(graph, tmp_path / "hetero-graph"))]
+        if "HeteroLinkPredictor" in text:  # the generated graph's author -> paper links
+            data += ["--data.edge_type", "[author, writes, paper]", "--data.rev_edge_type", "[paper, rev_writes, author]"]
+        return data
     if "../shared/datasets" not in text:
         return []
     shared = shared_datasets()

@@ -66,3 +66,24 @@ def test_bad_input_is_named() -> None:
         NegativeSampler(torch.tensor([[0], [9]]), 4)
     with pytest.raises(ValueError, match="method"):
         negative_sampling(torch.tensor([[0], [1]]), 4, method="fast")
+
+
+def test_bipartite_pairs_of_two_node_types() -> None:
+    """A tuple num_nodes (PyG's bipartite size): sources in [0, N_src), targets in [0, N_dst), (i, i) allowed."""
+    g = torch.Generator().manual_seed(0)
+    n_src, n_dst = 30, 7
+    ei = torch.stack([torch.randint(0, n_src, (60,), generator=g), torch.randint(0, n_dst, (60,), generator=g)])
+    neg = negative_sampling(ei, (n_src, n_dst), 120, seed=1, epoch=4)
+    assert neg.shape == (2, 120)
+    assert int(neg[0].max()) < n_src and int(neg[1].max()) < n_dst and int(neg.min()) >= 0
+    assert not (_pairs(neg) & _pairs(ei)) and len(_pairs(neg)) == 120
+    assert (neg[0] == neg[1]).any(), "a pair (i, i) of two types is no self-loop"
+    assert int(neg[0].max()) >= n_dst, "sources come from the whole source type"
+    assert torch.equal(neg, negative_sampling(ei.flip(1), (n_src, n_dst), 120, seed=1, epoch=4))
+    # all but one pair taken: exactly the free one comes back
+    full = torch.tensor([(i, j) for i in range(3) for j in range(2) if (i, j) != (2, 0)]).t()
+    assert NegativeSampler(full, (3, 2)).sample(5).tolist() == [[2], [0]]
+    with pytest.raises(ValueError, match="outside \\[0, 2\\).*num_dst_nodes"):
+        NegativeSampler(torch.tensor([[0], [2]]), (3, 2))
+    with pytest.raises(ValueError, match="force_undirected"):
+        NegativeSampler(full, (3, 2), force_undirected=True)
