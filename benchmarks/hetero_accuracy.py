@@ -95,15 +95,10 @@ def page_section(result: dict) -> str:
 
 
 def write_page(page: Path, result: dict) -> None:
-    """Put :func:`page_section` between the page's ``hetero-accuracy`` markers."""
-    import re
+    """Put :func:`page_section` into the page's ``hetero-accuracy`` section."""
+    from benchmarks.pages import write_section
 
-    text = page.read_text()
-    begin, end = "<!-- BEGIN GENERATED: hetero-accuracy -->\n", "<!-- END GENERATED: hetero-accuracy -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"{page} has no hetero-accuracy section")
-    page.write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda m: begin + page_section(result) + "\n" + end,
-                           text, flags=re.S))  # fmt: skip
+    write_section(page, "hetero-accuracy", page_section(result))
 
 
 def main(argv: list[str] | None = None) -> int:

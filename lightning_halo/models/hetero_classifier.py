@@ -42,6 +42,17 @@ def needed_relations(edge_types: list[EdgeType], target: str | Sequence[str], la
     return per_layer[::-1]
 
 
+def graph_given(graph: tuple, last: str, source: str) -> bool:
+    """Whether a zoo model's graph arguments ``(metadata, num_features, num_nodes, <last>)`` are all given (build now)
+    or none (build from the Trainer's data module at ``configure_model``); a few of them is an error."""
+    if all(v is not None for v in graph):
+        return True
+    if any(v is not None for v in graph):
+        raise ValueError(f"give metadata, num_features, num_nodes and {last} together ({source}), or none: then they "
+                         "come from the Trainer's data module")  # fmt: skip
+    return False
+
+
 def check_hetero_options(conv: str, featureless: str, hidden_channels: int, heads: int,
                          kinds: tuple[str, ...] = ("sage", "gat", "hgt", "han")) -> None:  # fmt: skip
     """The zoo's heterogeneous encoder options, checked once for every model that builds one."""
@@ -199,12 +210,8 @@ class HeteroNodeClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(out_channels, average="micro")
         self.test_acc = MulticlassAccuracy(out_channels, average="micro")
         graph = (metadata, num_features, num_nodes, target)
-        if all(v is not None for v in graph):
+        if graph_given(graph, "target", "HaloDataModule's metadata, num_features, num_nodes and labelled_type"):
             self._build(*graph)  # type: ignore[arg-type]
-        elif any(v is not None for v in graph):
-            raise ValueError("give metadata, num_features, num_nodes and target together (HaloDataModule's metadata, "
-                             "num_features, num_nodes and labelled_type), or none: then they come from the "
-                             "Trainer's data module")  # fmt: skip
 
     @override
     def configure_model(self) -> None:

@@ -220,7 +220,7 @@ class HeteroLinkPredictor(_PairScorer):
         hits_k: int = 50,
     ) -> None:
         super().__init__()
-        from lightning_halo.models.hetero_classifier import check_hetero_options
+        from lightning_halo.models.hetero_classifier import check_hetero_options, graph_given
 
         check_hetero_options(conv, featureless, hidden_channels, heads)
         if decoder not in ("dot", "mlp"):
@@ -228,12 +228,8 @@ class HeteroLinkPredictor(_PairScorer):
         self.save_hyperparameters()
         self._metrics(hits_k)
         graph = (metadata, num_features, num_nodes, edge_type)
-        if all(v is not None for v in graph):
+        if graph_given(graph, "edge_type", "the HaloLinkDataModule's metadata, num_features, num_nodes and edge_type"):
             self._build(*graph)  # type: ignore[arg-type]
-        elif any(v is not None for v in graph):
-            raise ValueError("give metadata, num_features, num_nodes and edge_type together (the HaloLinkDataModule's "
-                             "metadata, num_features, num_nodes and edge_type), or none: then they come from the "
-                             "Trainer's data module")  # fmt: skip
 
     @override
     def configure_model(self) -> None:
