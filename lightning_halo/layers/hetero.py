@@ -25,10 +25,16 @@ relation's local edges, each halo node's degree *in that relation* coming from i
 32-bit exchange of a degree vector through the type's plan, kept per partition, relation and
 edge weights), and its own normalisation is switched off for the call (:func:`relation_call`).
 
-Refused, with the reason: layers that propagate several times (kind ``"steps"``: intermediate
-rows would have to travel per relation, not implemented yet), a ``"gcn"`` layer between two
-types, an edge set that is none of the partition's edge types, and rows of another count than
-the type's inner or local nodes.
+A layer that propagates several times in one call (kind ``"steps"``: ``TAGConv``, ``APPNP``,
+``GatedGraphConv``, ...) runs on a relation within one type as on a homogeneous partition: it is
+fed the type's inner rows and, before *every* propagation, the halo rows of what that step reads
+are fetched through the type's plan (named ``<layer>#<k>[<type>]``); a normalising one gets the
+relation's normalised edges, as a ``"gcn"`` layer (:func:`relation_step_inputs`).
+
+Refused, with the reason: a ``"steps"`` or ``"gcn"`` layer between two types, a ``"steps"`` layer
+that normalises without a flag to switch it off (``SGConv``, ``ChebConv``, ...), an edge set that
+is none of the partition's edge types, and rows of another count than the type's inner or local
+nodes.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from torch.nn import Module
 from lightning_halo._compat.pyg import switch_off
 from lightning_halo.layers.batchnorm import AllSum
 from lightning_halo.layers.call import Aggregation, choose_aggregation
+from lightning_halo.layers.propagate import halo_step_inputs
 from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
 from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
 from lightning_halo.partition.halo_partition import stacked_view
@@ -67,11 +74,14 @@ class RelationTools:
     adjacency: RelationAdjacency
     aggregation: Aggregation = "auto"
 
-#: Why relation calls of these kinds are refused on heterogeneous partitions.
-_KIND_REFUSALS = {
-    "steps": "it propagates several times in one call, each step reading rows that would have to be fetched per "
-    "relation (not implemented for heterogeneous partitions yet); stack single-propagation layers instead",
-}
+@dataclass(frozen=True)
+class RelationSteps:
+    """A ``"steps"`` call on a relation within one type: what each propagation's halo is fetched for."""
+
+    node_type: str
+    n_inner: int
+    n_local: int  # inner and halo rows: the sources of the relation's edges
+    fused: bool  # the relation aggregates with its fused adjacency (each step reads ``x`` only)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ class HeteroRunning:
     how: str = "edge_index"  # the relation's aggregation: "fused", or "edge_index (why)"
     semantic: Optional[SemanticCall] = None  # HANConv: its semantic attention over every rank's nodes
     restore: Optional[tuple[str, Any]] = None  # a normalising layer's own flag, switched off for the call
+    steps: Optional[RelationSteps] = None  # a "steps" layer: every propagation fetches its halo
 
 
 def _group(name: str) -> str:
@@ -160,9 +171,6 @@ def relation_call(
             "type from edges the partition holds for the target type's nodes. A reversed relation is an edge type of "
             "its own (T.ToUndirected() before the data module)"
         )
-    if spec.kind in _KIND_REFUSALS:
-        raise UnsupportedLayerError(f"layer '{name}' ({cls}) cannot run on a relation of a heterogeneous partition: "
-                                    f"{_KIND_REFUSALS[spec.kind]}.")  # fmt: skip
     if spec.kind == "types":
         raise UnsupportedLayerError(f"layer '{name}' ({cls}) takes dicts of node and edge types, not one relation")
     src, _, dst = edge_type
@@ -170,6 +178,8 @@ def relation_call(
     pair = isinstance(x, (tuple, list))
     if spec.kind == "gcn":
         return _normalised_call(name, module, spec, arguments, part, edge_type, pair, tools)
+    if spec.kind == "steps":
+        return _steps_call(name, module, spec, arguments, part, edge_type, pair, tools)
     fetch = tools.fetch
     x_src, x_dst = (x[0], x[1]) if pair else (x, x)
     feed = spec.feed_for(module) if spec.feed_for is not None else spec.kind
@@ -245,24 +255,80 @@ def _normalised_call(
         raise UnsupportedLayerError(f"layer '{name}' ({cls}) was called without node features")
     full = _with_halo(x, _rows(x, src, part, name, "rows"), src, _group(name), tools.fetch)
     arguments["x"] = full
-    norm = spec.norm(module, arguments) if spec.norm is not None else None
-    restore = None
-    if norm is not None:
-        weight = arguments.get(spec.weight_arg) if spec.weight_arg is not None else None
-        if weight is not None and weight.requires_grad:
-            raise UnsupportedLayerError(
-                f"layer '{name}' ({cls}): learned edge weights with a normalisation would need gradients of remote "
-                "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
-            )
-        if spec.switch is None:
-            raise UnsupportedLayerError(f"layer '{name}' ({cls}) normalises without a flag to switch it off")
-        ei, w = tools.normalize(name, edge_type, arguments["edge_index"], weight, norm, full.dtype)
-        arguments["edge_index"] = ei
-        arguments[spec.weight_arg or "edge_weight"] = w
-        restore = (spec.switch, switch_off(module, spec.switch))  # our weights are final already
+    restore = _relation_norm(name, module, spec, arguments, edge_type, full.dtype, tools)
     n_local = int(part[src].num_nodes)
     how = _fuse(name, module, spec, arguments, edge_type, n_local, n_local, tools)
     return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), restore=restore, how=how)
+
+
+def _relation_norm(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, edge_type: EdgeType, dtype: torch.dtype,
+    tools: RelationTools,
+) -> Optional[tuple[str, Any]]:  # fmt: skip
+    """Give a normalising layer the relation's normalised edges and switch its own normalisation off; returns
+    the flag to restore after the call (``None``: the layer does not normalise here)."""
+    cls = type(module).__name__
+    norm = spec.norm(module, arguments) if spec.norm is not None else None
+    if norm is None:
+        return None
+    weight = arguments.get(spec.weight_arg) if spec.weight_arg is not None else None
+    if weight is not None and weight.requires_grad:
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({cls}): learned edge weights with a normalisation would need gradients of remote "
+            "degrees; normalise yourself and switch the layer's normalisation off (e.g. normalize=False)."
+        )
+    if spec.switch is None:
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({cls}) normalises in its forward without a flag to switch it off, so on a relation it "
+            "would normalise with the partition's degrees; normalise the relation's edges yourself before the data "
+            "module, or use a layer with such a flag (TAGConv, APPNP, GCNConv: normalize=)"
+        )
+    ei, w = tools.normalize(name, edge_type, arguments["edge_index"], weight, norm, dtype)
+    arguments["edge_index"] = ei
+    arguments[spec.weight_arg or "edge_weight"] = w
+    return spec.switch, switch_off(module, spec.switch)  # our weights are final already
+
+
+def _steps_call(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, part: HeteroHaloPartition, edge_type: EdgeType,
+    pair: bool, tools: RelationTools,
+) -> HeteroRunning:  # fmt: skip
+    """A ``"steps"`` layer on a relation within one type: fed the inner rows (each propagation fetches its halo,
+    :func:`relation_step_inputs`), the relation's edges (normalised where the layer normalises) as an
+    ``[n_inner, n_local]`` adjacency, its output the inner rows."""
+    cls = type(module).__name__
+    src, _, dst = edge_type
+    if pair or src != dst:
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({cls}) propagates several times in one call, each step reading the last one's output at "
+            f"the same nodes, which needs one node set; on the relation {edge_type} between two node types PyG's "
+            "layer cannot run either. Use it on a relation within one type"
+        )
+    x = arguments["x"]
+    if x is None:
+        raise UnsupportedLayerError(f"layer '{name}' ({cls}) was called without node features")
+    n_inner, n_local = int(part[src].n_inner), int(part[src].num_nodes)
+    if not _rows(x, src, part, name, "rows"):
+        arguments["x"] = x[:n_inner]  # every local row given: the steps fetch the halo of what they read
+    restore = _relation_norm(name, module, spec, arguments, edge_type, x.dtype, tools)
+    how = _fuse(name, module, spec, arguments, edge_type, n_inner, n_local, tools)
+    steps = RelationSteps(src, n_inner, n_local, how == "fused")
+    return HeteroRunning(name, cls, None, None, _propagations(spec, module), restore=restore, how=how, steps=steps)
+
+
+def relation_step_inputs(
+    running: HeteroRunning, module: Module, edge_index: Any, kwargs: dict, count: int, fetch: TypeFetch
+) -> tuple[Any, Optional[tuple[int, int]], dict]:
+    """``propagate``'s ``(edge_index, size, kwargs)`` for the ``count``-th propagation of a ``"steps"`` call on a
+    relation: what it reads at sources with its halo rows appended, fetched through the type's plan as
+    ``<layer>#<count>[<type>]``."""
+    steps = running.steps
+    assert steps is not None
+    fused = steps.fused and isinstance(edge_index, Tensor) and edge_index.layout != torch.strided
+    step = f"{running.layer}#{count}"
+    return halo_step_inputs(module, edge_index, kwargs, n_inner=steps.n_inner, n_src=steps.n_local, fused=fused,
+                            flipped=False, layer=running.layer, cls=running.cls,
+                            fetch=lambda rows: fetch(rows, steps.node_type, step))  # fmt: skip
 
 
 def types_call(

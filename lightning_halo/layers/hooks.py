@@ -37,6 +37,7 @@ from lightning_halo.layers.hetero import (
     cut_output,
     first_rows,
     relation_call,
+    relation_step_inputs,
     types_call,
 )
 from lightning_halo.layers.normalize import gcn_weights
@@ -143,6 +144,11 @@ class LayerContext:
             hit = self._type_halos.put(key, (x_inner,), halo)
         return hit
 
+
+    def fetch_step(self, rows: Tensor, node_type: str, step: str) -> Tensor:
+        """The halo rows of one propagation of a ``"steps"`` layer on a relation (``rows``: the type's inner rows it
+        reads), named ``step[node_type]``: every step its own exchange, not shared with other relations."""
+        return self.exchanger.fetch(rows, f"{step}[{node_type}]", direction=type_plan_key(node_type))  # type: ignore[arg-type]
 
     def relation_norm(
         self, layer: str, edge_type: tuple[str, str, str], edge_index: Tensor, weight: Optional[Tensor],
@@ -358,7 +364,10 @@ class LayerHook:
         if isinstance(running, HeteroRunning):
             self._hetero_propagations += 1
             check_propagation(running, self._hetero_propagations)
-            return None
+            if running.steps is None:
+                return None
+            edge_index, _, kwargs = inputs
+            return relation_step_inputs(running, module, edge_index, kwargs, self._hetero_propagations, self.ctx.fetch_step)
         edge_index, size, kwargs = inputs
         call = running.call
         running.propagations += 1

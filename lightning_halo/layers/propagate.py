@@ -56,30 +56,43 @@ def step_inputs(
     call: LayerCall, module: Module, step: str, edge_index: Any, kwargs: dict, fetch: StepFetch
 ) -> tuple[Any, Optional[tuple[int, int]], dict]:
     """``propagate``'s ``(edge_index, size, kwargs)`` with the halo appended to what it reads at sources."""
+    fused = call.aggregation.fused and isinstance(edge_index, Tensor) and edge_index.layout != torch.strided
+    return halo_step_inputs(module, edge_index, kwargs, n_inner=call.n_inner, n_src=call.edges.n_src, fused=fused,
+                            flipped=call.flipped, layer=call.layer, cls=call.cls, fetch=lambda rows: fetch(rows, step))  # fmt: skip
+
+
+def halo_step_inputs(
+    module: Module, edge_index: Any, kwargs: dict, *, n_inner: int, n_src: int, fused: bool, flipped: bool, layer: str,
+    cls: str, fetch: Callable[[Tensor], Tensor],
+) -> tuple[Any, Optional[tuple[int, int]], dict]:  # fmt: skip
+    """One propagation of a ``"steps"`` layer: every value it reads at sources (``n_inner`` rows) with its halo rows
+    appended (``fetch``), and the ``(n_src, n_inner)`` size; a fused adjacency reads ``x`` only.
+
+    Raises:
+        ValueError: a propagated value of another row count than the inner nodes.
+        UnsupportedLayerError: a propagated pair under ``flow="target_to_source"``.
+    """
     node_dim = getattr(module, "node_dim", -2)
     kwargs = dict(kwargs)
-    fused = call.aggregation.fused and isinstance(edge_index, Tensor) and edge_index.layout != torch.strided
     for name in ["x"] if fused else source_arguments(module):
         pair = _source_pair(kwargs.get(name))
         if pair is None:
             continue
         src, dst = pair
-        if src.size(node_dim) != call.n_inner:
+        if src.size(node_dim) != n_inner:
             raise ValueError(
-                f"layer '{call.layer}' propagated `{name}` with {src.size(node_dim)} rows, but this rank owns "
-                f"{call.n_inner} nodes; a 'steps' layer must propagate tensors of its inner nodes."
+                f"layer '{layer}' propagated `{name}` with {src.size(node_dim)} rows, but this rank owns "
+                f"{n_inner} nodes; a 'steps' layer must propagate tensors of its inner nodes."
             )
-        if call.flipped and kwargs[name] is not src:
+        if flipped and kwargs[name] is not src:
             # PyG's generated propagate reads a pair as (sources, targets) and sizes its output by
             # the pair's first entry whatever the flow: a partition's pair cannot satisfy both.
             raise UnsupportedLayerError(
-                f"layer '{call.layer}' ({call.cls}) propagates the pair `{name}` with flow='target_to_source', "
+                f"layer '{layer}' ({cls}) propagates the pair `{name}` with flow='target_to_source', "
                 "which PyG cannot size on a partition; use the default flow (e.g. on edge_index.flip(0))."
             )
-        full = with_halo_along(src, node_dim, lambda rows: fetch(rows, step))
+        full = with_halo_along(src, node_dim, fetch)
         # under target_to_source the explicit size below sets the output rows
-        kwargs[name] = full if fused or call.flipped else (full, dst)
-    n_inner, n_src = call.n_inner, call.edges.n_src
-    size = (n_inner, n_src) if call.flipped else (n_src, n_inner)
+        kwargs[name] = full if fused or flipped else (full, dst)
+    size = (n_inner, n_src) if flipped else (n_src, n_inner)
     return edge_index, None if fused else size, kwargs
-

@@ -369,8 +369,74 @@ def test_a_gcn_normalised_layer_between_two_types_is_refused_with_the_reason() -
     _refused(model, "between two node types, but it normalises with the degrees of one node set")
 
 
-def test_a_multi_step_layer_on_a_relation_is_refused() -> None:
-    _refused(_OneRelation(gnn.SGConv(6, 3, K=2), ("paper", "cites", "paper"), ["paper"]), "propagates several times")
+class StepRelations(nn.Module):
+    """Layers that propagate several times in one call on the relation within one type: TAGConv (normalised,
+    K=3) beside SAGEConv, then APPNP (normalised with self-loops, fed an embedding of every local row) and
+    GatedGraphConv (not normalised) in separate layers, optionally weighted."""
+
+    def __init__(self, weighted: bool) -> None:
+        super().__init__()
+        self.weighted = weighted
+        cites = ("paper", "cites", "paper")
+        self.c1 = HeteroConv({cites: gnn.TAGConv(6, 8, K=3), ("author", "writes", "paper"): gnn.SAGEConv((4, 6), 8)},
+                             aggr="sum")  # fmt: skip
+        self.lin = Linear(8, 8)
+        self.c2 = HeteroConv({cites: gnn.APPNP(K=3, alpha=0.2)}, aggr="sum")
+        self.c3 = HeteroConv({cites: gnn.GatedGraphConv(8, num_layers=2)}, aggr="sum")
+        self.emb = nn.Embedding(300, 8)
+        self.out = Linear(16, 3)
+
+    def forward(self, batch):
+        edges = batch.edge_index_dict
+        kwargs = {}
+        if self.weighted:
+            kwargs = {"edge_weight_dict": {("paper", "cites", "paper"): batch["paper", "cites", "paper"].weight}}
+        h = self.c1(batch.x_dict, edges, **kwargs)["paper"].relu()
+        ids = _ids(batch, "paper")  # every local row (inner and halo): the steps fetch their own halo anyway
+        h = self.c2({"paper": self.lin(h)}, edges, **kwargs)["paper"]
+        g = self.c3({"paper": self.emb(ids)}, edges, **kwargs)["paper"]
+        n = h.size(0)
+        return self.out(torch.cat([h, g[:n]], 1))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_step_layers_on_a_relation_match_the_whole_graph(weighted: bool, world_size: int) -> None:
+    data = generated_hetero()
+    if weighted:
+        e = data["paper", "cites", "paper"].edge_index.size(1)
+        data["paper", "cites", "paper"].weight = torch.rand(e, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    torch.manual_seed(0)
+    model = StepRelations(weighted).double()
+    got = run_threaded_hetero(model, data, world_size, _forward, TARGET)
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"multi-step relations at {world_size} ranks")
+    if world_size > 1:
+        fetched = {layer for (layer, kind) in got["ranks"][0]["meter"] if kind == "fwd"}
+        steps = {f"c2.convs.<paper___cites___paper>#{k}[paper]" for k in (1, 2, 3)}
+        assert steps <= fetched, f"every propagation fetches its halo: {sorted(fetched)}"
+
+
+def test_multi_step_relations_in_pipelined_and_periodic_epochs() -> None:
+    """Each propagation is a slot of its own (``<layer>#<k>[paper]``): a pipelined epoch reads last epoch's rows of
+    every step, and a periodic epoch after its refresh is exact again, as on homogeneous partitions."""
+    data = generated_hetero()
+    torch.manual_seed(0)
+    model = StepRelations(False).double()
+    sync = run_threaded_hetero(model, data, 2, _drifting, TARGET, steps=3)
+    stale = run_threaded_hetero(model, data, 2, _drifting, TARGET, steps=3, mode=lambda e: ("sync", "pipelined", "sync")[e])
+    slots = stale["ranks"][0]["slots"]
+    assert slots == sync["ranks"][0]["slots"] and any("#3[paper]" in s for s in slots)
+    assert not torch.allclose(stale["ranks"][0]["outs"][1], sync["ranks"][0]["outs"][1]), "the pipelined epoch is stale"
+    torch.testing.assert_close(stale["ranks"][0]["outs"][2], sync["ranks"][0]["outs"][2], rtol=1e-10, atol=1e-12)
+
+
+def test_a_multi_step_layer_that_cannot_switch_its_normalisation_off_is_refused() -> None:
+    _refused(_OneRelation(gnn.SGConv(6, 3, K=2), ("paper", "cites", "paper"), ["paper"]), "without a flag to switch it off")
+
+
+def test_a_multi_step_layer_between_two_types_is_refused() -> None:
+    model = _OneRelation(gnn.TAGConv(4, 3, K=2), ("author", "writes", "paper"), ["author", "paper"])
+    _refused(model, "propagates several times in one call.*which needs one node set")
 
 
 def test_another_types_rows_are_refused_by_their_count() -> None:
