@@ -38,7 +38,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "link": (
         "lightning_halo.cli.link:main",
-        "Link prediction: 'link fit|validate|test|predict' with HaloLinkDataModule as the data (see docs).",
+        "Link prediction: 'link fit|validate|test|predict|verify' with HaloLinkDataModule as the data (see docs).",
     ),
 }
 

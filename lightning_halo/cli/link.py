@@ -1,6 +1,6 @@
 """``lightning-halo link fit --config x.yaml``: the LightningCLI verbs with :class:`~lightning_halo.HaloLinkDataModule`.
 
-The same command as ``fit`` / ``validate`` / ``test`` / ``predict``, whose ``data`` section
+The same command as ``fit`` / ``validate`` / ``test`` / ``predict`` / ``verify``, whose ``data`` section
 takes :class:`~lightning_halo.HaloLinkDataModule`'s options (``num_val``, ``num_test``,
 ``neg_ratio``, ...). ``data.num_features`` is linked to the model's ``in_channels``; nothing is
 linked to ``out_channels`` (a link predictor's embedding size is the user's choice).
@@ -13,7 +13,7 @@ import sys
 from lightning_halo.cli.lightning_cli import HaloCLI, num_features, run_cli
 from lightning_halo.cli.status import ExitStatus
 
-_USAGE = "usage: lightning-halo link {fit,validate,test,predict} --config x.yaml [--section.key value ...]"
+_USAGE = "usage: lightning-halo link {fit,validate,test,predict,verify} --config x.yaml [--section.key value ...]"
 
 
 class HaloLinkCLI(HaloCLI):
@@ -36,6 +36,10 @@ def main(argv: list[str]) -> ExitStatus:
     if not rest or rest[0] in ("-h", "--help"):
         print(_USAGE, file=sys.stdout if rest else sys.stderr)
         return ExitStatus.OK if rest else ExitStatus.USAGE
+    if rest[0] == "verify":  # one training step on one process and on several, compared (as `lightning-halo verify`)
+        from lightning_halo.cli import verify
+
+        return verify.main(rest, link=True)
     from lightning_halo.data.link_datamodule import HaloLinkDataModule
 
     return run_cli(HaloLinkCLI, HaloLinkDataModule, rest)

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -90,20 +93,58 @@ def _report_only() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def main(argv: list[str]) -> ExitStatus:
-    """Entry point of ``lightning-halo verify ...`` (``argv``: ``verify`` first).
+#: Options only :class:`~lightning_halo.HaloLinkDataModule` takes: a config's ``data`` section with one is link prediction.
+LINK_OPTIONS = ("num_val", "num_test", "neg_ratio", "undirected", "test_with_val_edges", "edge_type", "rev_edge_type")
+
+
+def link_config(args: list[str]) -> Optional[str]:
+    """The ``--config`` among ``args`` if it configures link prediction (a link option in ``data``), else ``None``.
+
+    Example:
+        >>> link_config(["--config", "examples/configs/link_gcn.yaml"])  # doctest: +SKIP
+        'examples/configs/link_gcn.yaml'
+    """
+    import yaml
+
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.split("=", 1)[1] if arg.startswith("--config=") else None
+        if path is None or not Path(path).is_file():
+            continue
+        try:
+            config = yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError:
+            return None  # the Lightning CLI reports it
+        data = config.get("data") if isinstance(config, dict) else None
+        args_of = data.get("init_args", data) if isinstance(data, dict) else {}
+        if isinstance(args_of, dict) and any(key in args_of for key in LINK_OPTIONS):
+            return path
+    return None
+
+
+def main(argv: list[str], link: bool = False) -> ExitStatus:
+    """Entry point of ``lightning-halo verify ...`` (``argv``: ``verify`` first); ``link``: ``lightning-halo link
+    verify``, whose configs take :class:`~lightning_halo.HaloLinkDataModule`'s options.
 
     Example:
         $ lightning-halo verify --config examples/configs/gcn.yaml
+        $ lightning-halo link verify --config examples/configs/link_gcn.yaml
     """
     own, rest = parser().parse_known_args(argv[1:])
     from lightning_halo import verification
     from lightning_halo.cli.lightning_cli import HaloCLI
+    from lightning_halo.cli.link import HaloLinkCLI
     from lightning_halo.data import HaloDataModule
+    from lightning_halo.data.link_datamodule import HaloLinkDataModule
     from lightning_halo.shutdown import release_process_groups
 
+    found = None if link else link_config(rest)
+    if found is not None:
+        print(f"{PROG}: {found} configures link prediction (its data section has HaloLinkDataModule's options); "
+              f"check it with `lightning-halo link verify --config {found}`", file=sys.stderr)  # fmt: skip
+        return ExitStatus.USAGE
+    cli_class, data_class = (HaloLinkCLI, HaloLinkDataModule) if link else (HaloCLI, HaloDataModule)
     with _report_only():
-        cli = HaloCLI(datamodule_class=HaloDataModule, save_config_callback=None, run=False, args=rest)
+        cli = cli_class(datamodule_class=data_class, save_config_callback=None, run=False, args=rest)
         trainer = cli.trainer
         configured = trainer.num_devices * trainer.num_nodes
         devices = own.devices if own.devices is not None else configured if configured > 1 else 2
