@@ -37,9 +37,9 @@ def main(argv: list[str]) -> ExitStatus:
         print(_USAGE, file=sys.stdout if rest else sys.stderr)
         return ExitStatus.OK if rest else ExitStatus.USAGE
     if rest[0] == "verify":  # one training step on one process and on several, compared (as `lightning-halo verify`)
-        from lightning_halo.cli import verify
+        from lightning_halo.cli.verify import main as verify
 
-        return verify.main(rest, link=True)
+        return verify(rest, link=True)
     from lightning_halo.data.link_datamodule import HaloLinkDataModule
 
     return run_cli(HaloLinkCLI, HaloLinkDataModule, rest)

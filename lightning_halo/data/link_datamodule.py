@@ -290,6 +290,7 @@ class HaloLinkDataModule(HaloDataModule):
         )
         self._nodes: Optional[Any] = None  # the graph's node attributes (no edges; hetero: the graph), once split
         self._split: Optional[LinkSplit] = None
+        self._sizes: Optional[Union[int, tuple[int, int]]] = None  # hetero: the node counts pairs are drawn from
         self._sampler: Optional[NegativeSampler] = None
         self._test_data: Optional[HaloDataModule] = None
         self._owned: dict[str, Tensor] = {}
@@ -338,7 +339,8 @@ class HaloLinkDataModule(HaloDataModule):
                                  "pass undirected=None (split as directed, the reverse rebuilt from the split)")  # fmt: skip
             undirected = False
         options = {**self._split_options, "undirected": undirected}
-        split = link_split(nodes[edge_type].edge_index, self._pair_size(layout.num_nodes), **options)  # type: ignore[arg-type]
+        self._sizes = self._pair_size(layout.num_nodes)
+        split = link_split(nodes[edge_type].edge_index, self._sizes, **options)  # type: ignore[arg-type]
         self._split, self._nodes, self._given = split, nodes, None
         return split, nodes
 
@@ -367,7 +369,7 @@ class HaloLinkDataModule(HaloDataModule):
         """Draws each epoch's training negatives from the whole graph (built at first use)."""
         if self._sampler is None:
             split, nodes = self._built()
-            size = int(nodes.num_nodes) if self.edge_type is None else self._pair_size(hetero_layout(nodes).num_nodes)
+            size = int(nodes.num_nodes) if self._sizes is None else self._sizes
             self._sampler = NegativeSampler(split.edge_index, size, self.seed)
         return self._sampler
 
