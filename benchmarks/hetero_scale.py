@@ -105,7 +105,7 @@ def rank_main(a: argparse.Namespace) -> None:
     record: dict[str, Any] = {"rank": rank, "world": world, "bits": a.bits, "idle_rss": idle["VmRSS"], "epoch_s": [],
                               "traffic": []}  # fmt: skip
     files = [str(Path(a.parts) / f"part_{rank}.pt")]
-    strategy = HaloQuantStrategy(bits=a.bits)
+    strategy = HaloQuantStrategy(bits=a.bits, halo_reduction=a.halo_reduction)
 
     class Probe(saved_bytes_probe(record, files)):  # type: ignore[misc]
         """Each epoch's time and bytes; what the first step saves (as benchmarks.memory); the part pages read."""
@@ -174,11 +174,12 @@ def relation_adjacency_bytes(part: Any, model: Any, element_size: int = 4) -> in
     return total
 
 
-def _run(graph: str, ranks: int, bits: int, epochs: int, rate: Optional[str], cluster: Any, timeout: float) -> dict[str, Any]:
+def _run(graph: str, ranks: int, bits: int, epochs: int, rate: Optional[str], cluster: Any, timeout: float,
+         reduction: str = "cover") -> dict[str, Any]:  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="halo-hetero-"))
     parts = parts_dir(graph, ranks)
     args = ["-m", "benchmarks.hetero_scale", "_rank", "--parts", str(parts), "--bits", str(bits), "--epochs",
-            str(epochs), "--hidden", str(HIDDEN), "--result", str(out)]  # fmt: skip
+            str(epochs), "--hidden", str(HIDDEN), "--result", str(out), "--halo-reduction", reduction]  # fmt: skip
     t = time.perf_counter()
     if cluster is None:
         from benchmarks.launch import check, run_workers
@@ -199,7 +200,7 @@ def _run(graph: str, ranks: int, bits: int, epochs: int, rate: Optional[str], cl
             raise RuntimeError(f"run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     recs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
     return {"ranks": ranks, "bits": bits, "epochs": epochs, "rate": rate or "local", "wall_s": time.perf_counter() - t,
-            "records": recs, "when": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+            "records": recs, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "halo_reduction": reduction}  # fmt: skip
 
 
 def cmd_train(a: argparse.Namespace) -> None:
@@ -209,7 +210,7 @@ def cmd_train(a: argparse.Namespace) -> None:
     try:
         for ranks in a.ranks:
             for bits in a.bits:
-                rec = _run(a.graph, ranks, bits, a.epochs, None if a.local else a.rate, cluster, a.timeout)
+                rec = _run(a.graph, ranks, bits, a.epochs, None if a.local else a.rate, cluster, a.timeout, a.halo_reduction)
                 name = f"train-{ranks}r-b{bits}-{rec['rate']}{a.tag}"
                 rec["env"] = {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_",) if k in os.environ}
                 _save(name, rec)
@@ -307,7 +308,9 @@ def markdown() -> str:
             worst = max(rec["records"], key=lambda r: r["peak_rss"] - r["idle_rss"])
             peak = worst["peak_rss"] - worst["idle_rss"]
             env = "".join(f", {k}={v}" for k, v in rec.get("env", {}).items())
-            lines.append(f"| {rec['ranks']} ranks, {rec['bits']} bits, {rec['rate']}{env} | {_epoch(rec):.2f} s | "
+            # runs before partial sums reached heterogeneous partitions fetched every halo row
+            how = {"cover": ", partial sums", "none": ", every row"}[rec.get("halo_reduction", "none")]
+            lines.append(f"| {rec['ranks']} ranks, {rec['bits']} bits, {rec['rate']}{how}{env} | {_epoch(rec):.2f} s | "
                          f"{_bytes_per_epoch(rec) / 1e6:,.1f} | {peak / 1e9:.2f} GB | {worst['bound'] / 1e9:.2f} GB | "
                          f"{peak / worst['bound']:.2f} |")  # fmt: skip
         lines.append("")
@@ -361,6 +364,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     t.add_argument("--rate", default="100mbit")
     t.add_argument("--local", action="store_true")
     t.add_argument("--timeout", type=float, default=3600)
+    t.add_argument("--halo-reduction", default="cover", choices=["cover", "none"],
+                   help="partial sums per relation (the default) or every halo row")
     t.add_argument("--tag", default="", help="appended to the result's name (e.g. -mmap128k for a run with MALLOC_MMAP_THRESHOLD_)")
     s = sub.add_parser("single")
     s.add_argument("--graph", required=True)
@@ -374,6 +379,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     k.add_argument("--hidden", type=int, default=HIDDEN)
     k.add_argument("--result", required=True)
     k.add_argument("--devices", type=int, default=1)
+    k.add_argument("--halo-reduction", default="cover")
     k.add_argument("--num-nodes", type=int, default=1)
     a = parser.parse_args(argv)
     {"generate": cmd_generate, "partition": cmd_partition, "train": cmd_train, "single": cmd_single, "report": cmd_report,

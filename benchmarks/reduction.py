@@ -6,6 +6,8 @@
     python -m benchmarks.reduction timing --dirs benchmarks/results/tmp/memory/big/metis-2 ...
     # testbed pairs, side by side in one run: each cell with halo_reduction="none", then "cover"
     python -m benchmarks.reduction testbed --graph tolokers --models gcn sage --bits 32 1 --nodes 2 --rate 100mbit
+    # heterogeneous graphs: one training step of HeteroNodeClassifier on HeCo's DBLP and ACM, in-process ranks
+    python -m benchmarks.reduction hetero --datasets dblp acm --convs sage --parts 2 3 4
     # the generated section of docs/benchmarks.md
     python -m benchmarks.reduction report
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,72 @@ def cover_rows(graphs: list[str], parts: list[int]) -> list[dict[str, Any]]:
                   f"cover {t2 - t1:.2f} s vs partitioning {t1 - t0:.2f} s", flush=True)  # fmt: skip
             _save("rows", rows)  # as it goes: a later graph's failure keeps the earlier ones
     return rows
+
+
+def hetero_bytes(datasets: list[str], convs: list[str], parts: list[int], hidden: int = 64) -> list[dict[str, Any]]:
+    """Halo bytes of one training step (forward and backward, 32 bits, all ranks) of ``HeteroNodeClassifier`` on
+    HeCo's graphs, per layer and source type, with ``halo_reduction="none"`` and ``"cover"`` (partial sums per
+    relation, one exchange per layer and source type): measured by the exchange's meter, ranks in threads."""
+    import copy
+    import os
+
+    from benchmarks.shared import find_shared
+    from examples.hetero_dblp import heco_graph
+    from lightning_halo.exchange import HaloExchanger
+    from lightning_halo.layers.hooks import LayerContext, install_hooks
+    from lightning_halo.models import HeteroNodeClassifier
+    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
+    from lightning_halo.testing import ThreadGroup
+
+    heco = Path(os.environ["HECO"]) if "HECO" in os.environ else find_shared("datasets") / "heco"  # type: ignore[operator]
+    out = []
+    for dataset in datasets:
+        data = heco_graph(heco / dataset)
+        target = [t for t in data.node_types if "y" in data[t]][0]
+        classes = int(data[target].y.max()) + 1
+        features = {t: int(data[t].x.size(1)) if "x" in data[t] else 0 for t in data.node_types}
+        counts = {t: int(data[t].num_nodes) for t in data.node_types}
+        for conv in convs:
+            torch.manual_seed(0)
+            model = HeteroNodeClassifier(classes, data.metadata(), features, counts, target, hidden_channels=hidden,
+                                         conv=conv, dropout=0.0)  # type: ignore[arg-type]  # fmt: skip
+            for k in parts:
+                pieces = build_hetero_partitions(data, assign_hetero_parts(data, k))
+                cell: dict[str, Any] = {"dataset": dataset, "conv": conv, "parts": k, "hidden": hidden}
+                for reduction in ("none", "cover"):
+                    group = ThreadGroup(k, timeout=300)
+
+                    def rank(r: int, reduction: str = reduction, group: ThreadGroup = group) -> dict:
+                        net = copy.deepcopy(model)
+                        ex = HaloExchanger(group.transport(r), bits=32)
+                        ctx = LayerContext(ex, halo_reduction=reduction)  # type: ignore[arg-type]
+                        install_hooks(net, ctx)
+                        ex.bind(pieces[r])
+                        ctx.bind(pieces[r])
+                        ex.begin_step(True, epoch=0)
+                        t0 = time.perf_counter()
+                        store = pieces[r][target]
+                        logits = net(pieces[r])[store.train_mask]
+                        torch.nn.functional.cross_entropy(logits, store.y[store.train_mask], reduction="sum").backward()
+                        return {"meter": dict(ex.meter.total), "s": time.perf_counter() - t0, "how": dict(ctx.choices)}
+
+                    with ThreadPoolExecutor(k) as pool:
+                        ranks = list(pool.map(rank, range(k)))
+                    per: dict[str, float] = {}
+                    for res in ranks:
+                        for (layer, kind), v in res["meter"].items():
+                            per[f"{layer}/{kind}"] = per.get(f"{layer}/{kind}", 0) + v
+                    cell[reduction] = per
+                    cell[f"{reduction}_first_step_s"] = max(res["s"] for res in ranks)
+                    cell[f"{reduction}_partial_sum_relations"] = sorted(
+                        name for name, how in ranks[0]["how"].items() if "partial sums" in how)  # fmt: skip
+                fwd = {red: sum(v for key, v in cell[red].items() if key.endswith(("/fwd", "/bwd"))) for red in ("none", "cover")}
+                cell["ratio"] = fwd["none"] / max(fwd["cover"], 1)
+                print(f"{dataset} {conv} {k} parts: {fwd['none']:,.0f} -> {fwd['cover']:,.0f} halo bytes per step "
+                      f"({cell['ratio']:.2f}x)", flush=True)  # fmt: skip
+                out.append(cell)
+                _save("hetero", out)
+    return out
 
 
 def cover_timing(dirs: list[str]) -> list[dict[str, Any]]:
@@ -148,6 +217,21 @@ def render() -> str:
                          f"{r['cover_s']:.1f} | {r['partition_step_s']:.0f} | {100 * r['share']:.1f} % | "
                          f"{'in the same run' if r.get('same_run') else 'cover now, step when written'} |")  # fmt: skip
         lines.append("")
+    hetero = OUT / "hetero.json"
+    if hetero.is_file():
+        lines += ["Heterogeneous graphs: halo bytes of one training step (forward and backward, 32 bits, all ranks) of "
+                  "`HeteroNodeClassifier` (64 hidden, 2 layers) on HeCo's graphs, METIS, measured by the exchange's "
+                  "meter on in-process ranks; one exchange per layer and source type carries the partial sums of every "
+                  "relation of the layer (`python -m benchmarks.reduction hetero`):", "",
+                  "| graph | model | parts | every halo row | with partial sums | fewer | relations with partial sums | "
+                  "structure and coefficients, once |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in json.loads(hetero.read_text()):
+            step = {red: sum(v for k, v in r[red].items() if k.endswith(("/fwd", "/bwd"))) for red in ("none", "cover")}
+            aux = sum(v for k, v in r["cover"].items() if k.endswith("/aux"))
+            names = ", ".join(f"`{n}`" for n in r["cover_partial_sum_relations"]) or "none (attention)"
+            lines.append(f"| {r['dataset']} | {r['conv']} | {r['parts']} | {step['none']:,} | {step['cover']:,} | "
+                         f"{r['ratio']:.2f}x | {names} | {aux:,} |")  # fmt: skip
+        lines.append("")
     lines += _memory_lines()
     for path in sorted(OUT.glob("testbed-*.json")):
         pairs = [p for p in json.loads(path.read_text()) if not p.get("failed")]
@@ -213,6 +297,11 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--local", action="store_true", help="local processes instead of the SLURM testbed")
     p.add_argument("--force", action="store_true", help="rerun cells that already have results")
+    p = sub.add_parser("hetero")
+    p.add_argument("--datasets", nargs="+", default=["dblp", "acm"])
+    p.add_argument("--convs", nargs="+", default=["sage"])
+    p.add_argument("--parts", nargs="+", type=int, default=[2, 3, 4])
+    p.add_argument("--hidden", type=int, default=64)
     p = sub.add_parser("report")
     p.add_argument("--page", default=str(ROOT / "docs" / "benchmarks.md"))
     a = parser.parse_args()
@@ -220,6 +309,8 @@ def main() -> None:
         _save("rows", cover_rows(a.graphs, a.parts))
     elif a.cmd == "timing":
         _save("timing", cover_timing(a.dirs))
+    elif a.cmd == "hetero":
+        _save("hetero", hetero_bytes(a.datasets, a.convs, a.parts, a.hidden))
     elif a.cmd == "testbed":
         _save(f"testbed-{a.graph}-{a.nodes}n-{a.rate if not a.local else 'local'}", testbed_pairs(a))
     else:

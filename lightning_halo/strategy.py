@@ -192,8 +192,10 @@ class HaloQuantStrategy(DDPStrategy):
             ``GatedGraphConv``), either :math:`u`'s row crosses or :math:`u`'s owner adds up its
             contributions to :math:`v` and sends one partial sum, chosen per rank pair by a
             minimum vertex cover so that the fewest rows cross; exact (the sums are the layer's
-            own), quantized like rows at ``bits < 32``. ``"none"``: every halo row crosses. The
-            choice per layer is in the layer report. (default: ``"cover"``)
+            own), quantized like rows at ``bits < 32``. On a heterogeneous partition one exchange
+            per layer and source type carries the partial sums of every relation of the layer
+            that reads the type (:mod:`lightning_halo.layers.relation_cover`). ``"none"``: every
+            halo row crosses. The choice per layer is in the layer report. (default: ``"cover"``)
         num_threads (int, optional): torch threads per rank. By default the cores this rank
             owns: SLURM's ``--cpus-per-task``, else the process' CPU affinity divided by the
             processes per node; ``OMP_NUM_THREADS`` in the environment is respected.

@@ -17,8 +17,9 @@ holds (the stored input features).
 
 from __future__ import annotations
 
+import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
@@ -82,6 +83,19 @@ class CoverPlan:
         """``(out_counts, in_counts)`` per peer, as :meth:`ExchangePlan.counts`."""
         return (self.send_counts, self.recv_counts) if forward else (self.recv_counts, self.send_counts)
 
+    def relation_view(self, first: int, stop: int) -> tuple[CoverPlan, Tensor]:
+        """The layout as one relation of a joint cover sees it (its targets numbered ``[first, stop)``, see
+        :func:`~lightning_halo.partition.cover.relation_cover`): its partial sums, targets from 0, and its folded
+        edges; with the mask of those edges among all folded ones (where its coefficients go)."""
+        mine = (self.partial_target >= first) & (self.partial_target < stop)
+        renumber = torch.cumsum(mine.long(), 0) - 1
+        folded = mine[self.folded_partial]
+        view = replace(
+            self, partial_pos=self.partial_pos[mine], partial_target=self.partial_target[mine] - first,
+            folded_col=self.folded_col[folded], folded_partial=renumber[self.folded_partial[folded]],
+        )  # fmt: skip
+        return view, folded
+
     def partial_of_col(self) -> Tensor:
         """``[n_halo]``: the block position of each fetched halo row, ``-1`` for folded ones."""
         pos = torch.full((self.n_halo,), -1, dtype=torch.long)
@@ -89,19 +103,19 @@ class CoverPlan:
         return pos
 
 
-def _receiver_layout(cover: HaloCover, edge_index: Tensor, plan: ExchangePlan) -> dict[str, Tensor]:
-    """The receiver's half of the plan, from its cover and in-edges."""
-    world, n_inner = plan.world_size, plan.n_inner
+def _receiver_layout(cover: HaloCover, cut: tuple[Tensor, Tensor], plan: ExchangePlan, n_targets: int) -> dict[str, Tensor]:
+    """The receiver's half of the plan, from its cover and cut edges ``(halo row, target)``."""
+    world = plan.world_size
     owner = halo_owners(plan.recv_counts)
     kept_cols = torch.nonzero(cover.keep).view(-1)
     kept_rank, kept_n = _rank_within(owner[kept_cols], world)
     part_rank, part_n = _rank_within(cover.partial_owner, world)
     start = torch.cumsum(kept_n + part_n, 0) - (kept_n + part_n)
-    h, v = cut_edges(edge_index.cpu(), n_inner)
+    h, v = cut
     fold = ~cover.keep[h]
     h, v = h[fold], v[fold]
-    keys = cover.partial_owner * n_inner + cover.partial_target  # sorted (the cover's order)
-    partial = torch.searchsorted(keys, owner[h] * n_inner + v)
+    keys = cover.partial_owner * n_targets + cover.partial_target  # sorted (the cover's order)
+    partial = torch.searchsorted(keys, owner[h] * n_targets + v)
     pair = torch.unique(partial * max(plan.n_halo, 1) + h)  # sorted by partial, hence owner; then by row
     folded_partial, folded_col = pair // max(plan.n_halo, 1), pair % max(plan.n_halo, 1)
     return {
@@ -134,19 +148,23 @@ def _swap_structure(
 
 
 def build_cover_plan(
-    plan: ExchangePlan, edge_index: Tensor, cover: HaloCover, global_id: Tensor, exchange: RowsExchange
-) -> CoverPlan:
+    plan: ExchangePlan, edge_index: Tensor | tuple[Tensor, Tensor], cover: HaloCover, global_id: Tensor,
+    exchange: RowsExchange, n_targets: Optional[int] = None,
+) -> CoverPlan:  # fmt: skip
     """The :class:`CoverPlan` of a rank (one structure exchange with every peer; all ranks call it together).
 
     Args:
-        plan (ExchangePlan): the partition's row plan (its ``"in"`` halo).
-        edge_index (Tensor): the partition's in-edges (local ids).
+        plan (ExchangePlan): the partition's row plan (its ``"in"`` halo, or a node type's).
+        edge_index (Tensor or tuple): the partition's in-edges (local ids), or the cut edges
+            ``(halo row, target)`` of several relations (:func:`~lightning_halo.partition.cover.relation_cover`).
         cover (HaloCover): this rank's cover as a receiver.
-        global_id (Tensor): the partition's local -> global ids.
+        global_id (Tensor): the partition's local -> global ids (of the plan's node type).
         exchange: :meth:`~lightning_halo.exchange.Collectives.all_to_all_rows` of the rank.
+        n_targets (int, optional): the targets' numbering (default: the inner nodes).
     """
     world = plan.world_size
-    mine = _receiver_layout(cover, edge_index, plan)
+    cut = edge_index if isinstance(edge_index, tuple) else cut_edges(edge_index.cpu(), plan.n_inner)
+    mine = _receiver_layout(cover, cut, plan, max(n_targets if n_targets is not None else plan.n_inner, 1))
     gid = global_id.long().cpu()
     fc = mine["folded_col"]
     keeps, folds = _swap_structure(plan, cover, mine, gid, exchange)
@@ -208,7 +226,7 @@ _MAYBE_NO_KERNEL = (torch.float16, torch.bfloat16)
 def _apply(op: Tensor, x: Tensor) -> Tensor:
     """``op @ x`` in ``x``'s dtype: torch's CPU ``spmm_reduce`` kernel (it has bfloat16/float16
     versions, MKL's has not), cuSPARSE on CUDA, in float32 where a dtype has no kernel there."""
-    flat = x.reshape(x.size(0), -1)
+    flat = x.reshape(x.size(0), math.prod(x.shape[1:]))  # not -1: a rank may own no row of a type
     if not op.values().numel():
         return x.new_zeros((op.size(0), *x.shape[1:]))
     a = op if op.dtype == x.dtype else op.to(x.dtype)

@@ -51,6 +51,7 @@ from lightning_halo.layers.batchnorm import AllSum
 from lightning_halo.layers.call import Aggregation, choose_aggregation
 from lightning_halo.layers.propagate import halo_step_inputs
 from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
+from lightning_halo.layers.relation_cover import group_of
 from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
 from lightning_halo.partition.halo_partition import stacked_view
 from lightning_halo.partition.hetero import EdgeType, HeteroHaloPartition
@@ -65,14 +66,31 @@ RelationAdjacency = Callable[[EdgeType, Tensor, Optional[Tensor], int, int, str,
 
 
 @dataclass(frozen=True)
+class RelationSource:
+    """What a relation's source rows get appended: the source type's halo rows, or the block of its layer's
+    partial-sum exchange (:mod:`lightning_halo.layers.relation_cover`), whose ``covered(n_dst)`` is then the
+    relation's adjacency over ``[inner | block]`` with ``n_dst`` rows."""
+
+    halo: Tensor
+    covered: Optional[Callable[[int], Tensor]] = None
+    how: str = ""  # for the layer report: partial sums, or why rows
+
+
+#: ``source(x_inner, edge_type, group, layer, reduce)``: the rows appended to a relation's source rows; ``reduce``
+#: is the call's fused aggregation without edge weights (``None``: it cannot take partial sums).
+RelationSourceFetch = Callable[[Tensor, EdgeType, str, str, Optional[str]], RelationSource]
+
+
+@dataclass(frozen=True)
 class RelationTools:
-    """What a relation call takes from its layer context: the type fetches, the normalised edges of a
-    ``"gcn"`` relation, fused adjacencies (both kept per partition) and the ``aggregation`` option."""
+    """What a relation call takes from its layer context: the type fetches (rows or partial sums), the normalised
+    edges of a ``"gcn"`` relation, fused adjacencies (both kept per partition) and the ``aggregation`` option."""
 
     fetch: TypeFetch
     normalize: RelationNorm
     adjacency: RelationAdjacency
     aggregation: Aggregation = "auto"
+    source: Optional[RelationSourceFetch] = None  # None: every relation reads the type's halo rows
 
 @dataclass(frozen=True)
 class RelationSteps:
@@ -97,11 +115,6 @@ class HeteroRunning:
     semantic: Optional[SemanticCall] = None  # HANConv: its semantic attention over every rank's nodes
     restore: Optional[tuple[str, Any]] = None  # a normalising layer's own flag, switched off for the call
     steps: Optional[RelationSteps] = None  # a "steps" layer: every propagation fetches its halo
-
-
-def _group(name: str) -> str:
-    """The layer an edge-type module belongs to (``conv1.author__writes__paper`` -> ``conv1``): its fetches' name."""
-    return name.rsplit(".", 1)[0] if "." in name else name
 
 
 def _propagations(spec: LayerSpec, module: Module) -> Optional[int]:
@@ -180,10 +193,9 @@ def relation_call(
         return _normalised_call(name, module, spec, arguments, part, edge_type, pair, tools)
     if spec.kind == "steps":
         return _steps_call(name, module, spec, arguments, part, edge_type, pair, tools)
-    fetch = tools.fetch
     x_src, x_dst = (x[0], x[1]) if pair else (x, x)
     feed = spec.feed_for(module) if spec.feed_for is not None else spec.kind
-    group = _group(name)
+    group = group_of(name)
     src_inner = _rows(x_src, src, part, name, "source rows")
     if pair or src != dst:
         if feed != "bipartite":
@@ -193,24 +205,60 @@ def relation_call(
                 f"'{feed}'); use a layer that does (SAGEConv, GraphConv, GATConv(add_self_loops=False), GINConv, ...)"
             )
         dst_inner = _rows(x_dst, dst, part, name, "target rows")
-        full_src = None if x_src is None else _with_halo(x_src, src_inner, src, group, fetch)
         n_inner = int(part[dst].n_inner)
         inner_dst = x_dst if x_dst is None or dst_inner else x_dst[:n_inner]
+        full_src, source = (None, None) if x_src is None else _source_rows(
+            name, module, spec, arguments, x_src, src_inner, edge_type, tools)  # fmt: skip
         arguments["x"] = (full_src, inner_dst)
-        how = _fuse(name, module, spec, arguments, edge_type, n_inner, int(part[src].num_nodes), tools)
+        how = _aggregate(name, module, spec, arguments, edge_type, n_inner, int(part[src].num_nodes), tools, source)
         return HeteroRunning(name, cls, None, None, _propagations(spec, module), how=how)
     # one node type, one tensor: as on a homogeneous partition
     if x_src is None:
         return HeteroRunning(name, cls, None, None, _propagations(spec, module))
-    full = _with_halo(x_src, src_inner, src, group, fetch)
+    full, source = _source_rows(name, module, spec, arguments, x_src, src_inner, edge_type, tools)
     n_inner, n_local = int(part[src].n_inner), int(part[src].num_nodes)
     if feed == "bipartite":
         arguments["x"] = (full, full[:n_inner])
-        how = _fuse(name, module, spec, arguments, edge_type, n_inner, n_local, tools)
+        how = _aggregate(name, module, spec, arguments, edge_type, n_inner, n_local, tools, source)
         return HeteroRunning(name, cls, None, None, _propagations(spec, module), how=how)
     arguments["x"] = full
-    how = _fuse(name, module, spec, arguments, edge_type, n_local, n_local, tools)  # output rows: every local node
+    n_rows = full.size(0)  # output rows: every local node (or inner and block)
+    how = _aggregate(name, module, spec, arguments, edge_type, n_rows, n_local, tools, source)
     return HeteroRunning(name, cls, n_inner, None, _propagations(spec, module), how=how)
+
+
+def _source_rows(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, x_src: Tensor, inner_only: Optional[bool],
+    edge_type: EdgeType, tools: RelationTools,
+) -> tuple[Tensor, Optional[RelationSource]]:  # fmt: skip
+    """A relation's source rows with what its layer's exchange appends: the halo rows, or partial sums
+    where the call aggregates linearly (``None``: the rows were given for every local node)."""
+    if not inner_only:
+        return x_src, None
+    if tools.source is None:
+        return _with_halo(x_src, inner_only, edge_type[0], group_of(name), tools.fetch), None
+    weight_arg = spec.weight_arg
+    weight = arguments.get(weight_arg) if weight_arg is not None else None
+    choice = choose_aggregation(tools.aggregation, name, spec, module, weight, False, x_src.is_cuda)
+    reduce = choice.reduce if weight is None else None
+    source = tools.source(x_src, edge_type, group_of(name), name, reduce)
+    whole = stacked_view(x_src, source.halo) if source.covered is None else None
+    return (whole if whole is not None else torch.cat([x_src, source.halo], dim=0)), source
+
+
+def _aggregate(
+    name: str, module: Module, spec: LayerSpec, arguments: dict, edge_type: EdgeType, n_dst: int, n_src: int,
+    tools: RelationTools, source: Optional[RelationSource],
+) -> str:  # fmt: skip
+    """The relation's adjacency: over ``[inner | block]`` where its halo arrived as partial sums, else its fused
+    adjacency where the layer can take it (:func:`_fuse`); returns how the call aggregates."""
+    if source is None or source.covered is None:
+        how = _fuse(name, module, spec, arguments, edge_type, n_dst, n_src, tools)
+        return f"{how}; halo {source.how}" if source is not None and source.how else how
+    arguments["edge_index"] = source.covered(n_dst)
+    if spec.weight_arg is not None and spec.weight_arg in arguments:
+        arguments[spec.weight_arg] = None
+    return f"fused; halo {source.how}"
 
 
 def _fuse(
@@ -253,7 +301,7 @@ def _normalised_call(
     n_inner = int(part[src].n_inner)
     if x is None:
         raise UnsupportedLayerError(f"layer '{name}' ({cls}) was called without node features")
-    full = _with_halo(x, _rows(x, src, part, name, "rows"), src, _group(name), tools.fetch)
+    full = _with_halo(x, _rows(x, src, part, name, "rows"), src, group_of(name), tools.fetch)
     arguments["x"] = full
     restore = _relation_norm(name, module, spec, arguments, edge_type, full.dtype, tools)
     n_local = int(part[src].num_nodes)

@@ -32,6 +32,7 @@ from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
 from lightning_halo.layers.hetero import (
     HeteroRunning,
+    RelationSource,
     RelationTools,
     check_propagation,
     cut_output,
@@ -43,6 +44,7 @@ from lightning_halo.layers.hetero import (
 from lightning_halo.layers.normalize import gcn_weights
 from lightning_halo.layers.propagate import count_propagation, step_inputs
 from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
+from lightning_halo.layers.relation_cover import TypeCover, build_type_cover, group_of, predict_member, relation_layers
 from lightning_halo.layers.registry import (
     COMPILE_REFUSAL,
     LayerSpec,
@@ -55,11 +57,10 @@ from lightning_halo.layers.registry import (
 )
 from lightning_halo.memo import TensorMemo, WarnOnce
 from lightning_halo.partition.halo_partition import HaloPartition
-from lightning_halo.partition.hetero import HeteroHaloPartition
+from lightning_halo.partition.hetero import EdgeType, HeteroHaloPartition
 
 #: How a layer call on a heterogeneous partition runs, in the layer report.
-HETERO_CALL = ("heterogeneous partition: each source type's halo rows appended (every row: partial sums are for "
-               "homogeneous partitions), PyG's own forward")  # fmt: skip
+HETERO_CALL = "heterogeneous partition: each source type's halo appended, PyG's own forward"
 
 
 class LayerContext:
@@ -88,7 +89,14 @@ class LayerContext:
         self._type_halos = TensorMemo(limit=256)  # a source type's halo per tensor and step (layers.hetero)
         self._relation_norms = TensorMemo(limit=64)  # a relation's normalised edges per edge weights (layers.hetero)
         self._relation_adjs = TensorMemo(limit=64)  # a relation's fused adjacency per edges and weights
-        self.relation_tools = RelationTools(self.fetch_type, self.relation_norm, self.relation_adjacency, aggregation)
+        self._relations: dict[str, tuple[Module, LayerSpec, EdgeType]] = {}  # edge-type modules (relation_cover)
+        self.relation_tools = RelationTools(self.fetch_type, self.relation_norm, self.relation_adjacency, aggregation,
+                                            self.relation_source)  # fmt: skip
+
+    def set_relations(self, relations: dict[str, tuple[Module, LayerSpec, EdgeType]]) -> None:
+        """The hooked edge-type modules of the model (:func:`~lightning_halo.layers.relation_cover.relation_layers`),
+        whose layer's exchange of a source type carries the partial sums of each."""
+        self._relations = dict(relations)
 
     def bind(self, part: HaloPartition | HeteroHaloPartition) -> None:
         self._type_halos.clear()
@@ -149,6 +157,81 @@ class LayerContext:
         """The halo rows of one propagation of a ``"steps"`` layer on a relation (``rows``: the type's inner rows it
         reads), named ``step[node_type]``: every step its own exchange, not shared with other relations."""
         return self.exchanger.fetch(rows, f"{step}[{node_type}]", direction=type_plan_key(node_type))  # type: ignore[arg-type]
+
+    def relation_source(
+        self, x_inner: Tensor, edge_type: EdgeType, group: str, layer: str, reduce: Optional[str]
+    ) -> RelationSource:
+        """What relation ``layer`` appends to its source rows ``x_inner``: the layer's exchange of the source type
+        carries partial sums where ``halo_reduction="cover"`` and a relation of the layer aggregates linearly
+        (:mod:`~lightning_halo.layers.relation_cover`), else the type's halo rows (:meth:`fetch_type`)."""
+        node_type = edge_type[0]
+        plain = self._type_halos.get((self.exchanger.steps, node_type), (x_inner,))
+        if plain is not None:  # this step fetched these rows already: nothing more crosses
+            return RelationSource(plain)
+        covered = self._type_cover(x_inner, node_type, group)
+        if covered is None:
+            return RelationSource(self.fetch_type(x_inner, node_type, group))
+        cover, block = covered
+        member = cover.members.get(layer)
+        direction = type_plan_key(node_type)
+        if member is None or member.edge_type != tuple(edge_type) or (member.reduce is not None and member.reduce != reduce):
+            # not the call its layer's exchange was built for (all ranks alike): its own rows, exact
+            halo = self.exchanger.fetch(x_inner, f"{layer}[{node_type}]", direction=direction)  # type: ignore[arg-type]
+            return RelationSource(halo, how=f"rows of its own ({layer}[{node_type}]): not the call of the layer's "
+                                            "partial-sum exchange (other edges, weights or aggregation)")  # fmt: skip
+        if member.reduce is None:
+            return RelationSource(cover.halo(block), how=f"rows ({member.why})")
+        part = self.hetero
+        assert part is not None
+        n_rows, n_src = int(part[edge_type[-1]].n_inner), int(part[node_type].num_nodes)
+        edges, red, dtype = part[edge_type].edge_index, member.reduce, x_inner.dtype
+
+        def adjacency(n_dst: int) -> Tensor:
+            build = lambda: FusedAdjacency.build(edges, None, n_rows, n_src, red, dtype)  # type: ignore[arg-type]  # noqa: E731
+            return cover.adjacency(layer, n_dst, n_rows, build, dtype)
+
+        return RelationSource(block, adjacency, how=f"partial sums ({group}[{node_type}]: {cover.block} rows, "
+                                                    f"{cover.plan.n_halo} halo rows)")  # fmt: skip
+
+    def _type_cover(self, x_inner: Tensor, node_type: str, group: str) -> Optional[tuple[TypeCover, Tensor]]:
+        """The block of ``group``'s partial-sum exchange of ``node_type``, once per tensor and step; ``None`` where it
+        has none (``halo_reduction="none"``, one process, input features whose halo is held, or no relation of the
+        layer that reads the type aggregates linearly). Decided alike on every rank."""
+        ex, part = self.exchanger, self.hetero
+        if self.halo_reduction != "cover" or ex.world_size == 1 or part is None or ex.holds_input(x_inner):
+            return None
+        key = (ex.steps, node_type, group, "cover")
+        hit = self._type_halos.get(key, (x_inner,))
+        if hit is not None:
+            return hit
+        members = [
+            predict_member(name, module, spec, et, self.aggregation, self.halo_reduction, ex.world_size, x_inner.is_cuda)
+            for name, (module, spec, et) in self._relations.items()
+            if group_of(name) == group and et[0] == node_type and spec.kind not in ("steps", "types")
+            and et in part.edge_types
+        ]  # fmt: skip
+        if not any(m.reduce is not None for m in members):
+            return None
+        dtype, device = x_inner.dtype, x_inner.device
+        direction = type_plan_key(node_type)
+
+        def build() -> TypeCover:
+            exchange = lambda chunks: self.collectives.all_to_all_rows(chunks, f"{group}[{node_type}]")  # noqa: E731
+            return build_type_cover(
+                part, node_type, members, ex.plan(direction), self._covered_relation_adjacency(part), dtype, device,  # type: ignore[arg-type]
+                exchange,
+            )  # fmt: skip
+
+        cover = ex.partition_value(f"relation-cover:{group}[{node_type}]:{dtype}:{device}", build)
+        block = ex.fetch(x_inner, f"{group}[{node_type}]", direction=direction, route=cover.route)  # type: ignore[arg-type]
+        return self._type_halos.put(key, (x_inner,), (cover, block))
+
+    @staticmethod
+    def _covered_relation_adjacency(part: HeteroHaloPartition):  # noqa: ANN205
+        def adjacency(edge_type: EdgeType, n_dst: int, n_src: int, reduce: str, dtype: torch.dtype) -> Tensor:
+            return FusedAdjacency.build(part[edge_type].edge_index, None, n_dst, n_src, reduce, dtype)  # type: ignore[arg-type]
+
+        return adjacency
 
     def relation_norm(
         self, layer: str, edge_type: tuple[str, str, str], edge_index: Tensor, weight: Optional[Tensor],
@@ -459,6 +542,8 @@ def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
     """Hook every outermost message-passing layer of ``model`` (after :func:`check_model`)."""
     specs = check_model(model)
     layers = find_message_passing(model)
+    relations = relation_layers(model, layers)
+    ctx.set_relations({name: (layers[name], specs[name], et) for name, et in relations.items()})
     return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
 
 

@@ -220,6 +220,8 @@ def _covered_transpose(
 def _coefficients(plan: CoverPlan, folded: list[tuple[Tensor, Tensor, Tensor]], device: torch.device) -> Tensor:
     """The folded entries' values in the plan's order (the order the owners expect them in)."""
     n_halo = max(plan.n_halo, 1)
+    if not folded:  # no rows (a target type without nodes here)
+        folded = [(torch.empty(0, dtype=torch.long, device=device),) * 2 + (torch.empty(0, device=device),)]
     row, h, val = (torch.cat(parts) for parts in zip(*folded))
     keys, order = torch.sort(row * n_halo + h)
     want = plan.partial_target.to(device)[plan.folded_partial.to(device)] * n_halo + plan.folded_col.to(device)
@@ -233,8 +235,9 @@ def _coefficients(plan: CoverPlan, folded: list[tuple[Tensor, Tensor, Tensor]], 
 
 
 def covered_adjacency(
-    adj: Tensor, reduce: str, plan: CoverPlan, n_dst: int, dtype: torch.dtype, window: int = 1 << 20
-) -> tuple[FusedAdjacency, Tensor]:
+    adj: Tensor, reduce: str, plan: CoverPlan, n_dst: int, dtype: torch.dtype, window: int = 1 << 20,
+    n_rows: Optional[int] = None,
+) -> tuple[FusedAdjacency, Tensor]:  # fmt: skip
     r"""The adjacency over ``[inner | block]`` and the coefficients of the folded edges (plan order).
 
     Built a window of rows at a time into arrays of the final size (32-bit indices where they
@@ -247,6 +250,9 @@ def covered_adjacency(
         n_dst (int): rows of the result (``n_inner``, or ``n_inner + block`` for ``"full"`` feeds).
         dtype (torch.dtype): dtype of the values.
         window (int, optional): stored entries per window. (default: ``2**20``)
+        n_rows (int, optional): the rows of ``adj`` that are inner targets: the target type's inner
+            nodes for a relation between two node types (:meth:`CoverPlan.relation_view`). (default:
+            ``plan.n_inner``)
 
     Returns:
         ``(adjacency, coefficients)``: the adjacency (a linear operator, see
@@ -254,9 +260,10 @@ def covered_adjacency(
         values :math:`m_{vu}` of the folded edges.
     """
     n_inner, size = plan.n_inner, (n_dst, plan.n_inner + plan.block)
+    rows = plan.n_inner if n_rows is None else n_rows
     plain = adj.plain() if isinstance(adj, FusedAdjacency) else adj
     device = plain.values().device
-    base = int(plain.crow_indices()[n_inner])
+    base = int(plain.crow_indices()[rows])
     nnz = base - plan.folded_col.numel() + plan.partial_target.numel()
     index = torch.int32 if max(size[1], nnz, base) < 2**31 - 1 else torch.int64
     out = _Covered(torch.empty(nnz, dtype=index, device=device), torch.empty(nnz, dtype=dtype, device=device),
@@ -266,8 +273,8 @@ def covered_adjacency(
         out.dest = torch.empty(base, dtype=index, device=device)
         out.partial_dest = torch.empty(plan.partial_target.numel(), dtype=index, device=device)
     partials = (plan.partial_target.to(device), n_inner + plan.partial_pos.to(device))
-    for rows in _row_windows(adj, n_inner, window):
-        _cover_window(adj, reduce, plan, rows, partials, out)
+    for window_rows in _row_windows(adj, rows, window):
+        _cover_window(adj, reduce, plan, window_rows, partials, out)
     if out.at != nnz:
         raise RuntimeError(f"the covered adjacency has {out.at} entries, {nnz} were expected; use halo_reduction='none'")
     crow = torch.zeros(n_dst + 1, dtype=torch.long, device=device)

@@ -96,7 +96,12 @@ def cut_pairs(edge_index: Tensor, n_inner: int, owner: Tensor) -> tuple[Tensor, 
     key is ``owner * n_inner + target``; the keys are sorted, so right node ``i`` is ``keys[i]``.
     """
     h, v = cut_edges(edge_index, n_inner)
-    right_key = owner[h] * n_inner + v
+    return _pairs(h, v, n_inner, owner)
+
+
+def _pairs(h: Tensor, v: Tensor, n_targets: int, owner: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`cut_pairs` of cut edges ``(halo row h, target v)``, targets in ``[0, n_targets)``."""
+    right_key = owner[h] * n_targets + v
     keys, right = torch.unique(right_key, return_inverse=True)
     pair = torch.unique(h * keys.numel() + right)  # distinct edges (multi-edges count once)
     return torch.stack([pair // max(keys.numel(), 1), pair % max(keys.numel(), 1)]), keys
@@ -147,15 +152,28 @@ def halo_cover(edge_index: Tensor, n_inner: int, n_halo: int, recv_counts: Seque
     Returns:
         The :class:`HaloCover`; ``cover.rows`` never exceeds ``n_halo``.
     """
+    owner = _owners(recv_counts, n_halo)
+    h, v = cut_edges(edge_index.cpu(), n_inner)
+    return _cover(h, v, n_inner, owner, torch.zeros(n_halo, dtype=torch.bool), empty_keeps_all=True)
+
+
+def _owners(recv_counts: Sequence[int], n_halo: int) -> Tensor:
     owner = halo_owners(recv_counts)
     if owner.numel() != n_halo:
         raise ValueError(f"recv_counts sum to {owner.numel()} rows, but the part has {n_halo} halo rows")
-    pairs, keys = cut_pairs(edge_index.cpu(), n_inner, owner)
+    return owner
+
+
+def _cover(h: Tensor, v: Tensor, n_targets: int, owner: Tensor, forced: Tensor, empty_keeps_all: bool = False) -> HaloCover:
+    """The minimum cover of the cut edges ``(h, v)`` with the halo rows ``forced`` fetched whatever it costs."""
+    n_halo = int(owner.numel())
+    free = ~forced[h]
+    pairs, keys = _pairs(h[free], v[free], n_targets, owner)
     if not pairs.size(1):
         empty = torch.empty(0, dtype=torch.long)
-        return HaloCover(torch.ones(n_halo, dtype=torch.bool), empty, empty)
+        return HaloCover(torch.ones(n_halo, dtype=torch.bool) if empty_keeps_all else forced.clone(), empty, empty)
     left_c, right_c = minimum_vertex_cover(pairs[0], pairs[1], n_halo, int(keys.numel()))
-    keep = torch.from_numpy(left_c.copy())
+    keep = torch.from_numpy(left_c.copy()) | forced
     # partial sums: right nodes with an edge from a halo row that is not fetched (a minimum cover
     # has no others, but this holds for any cover)
     folded = ~keep[pairs[0]]
@@ -163,4 +181,66 @@ def halo_cover(edge_index: Tensor, n_inner: int, n_halo: int, recv_counts: Seque
     if not bool(torch.from_numpy(right_c)[used].all()):  # else contributions would be dropped silently
         raise internal_error("the halo cover is not a vertex cover (an edge has neither end in it)")
     chosen = keys[used]
-    return HaloCover(keep, chosen // max(n_inner, 1), chosen % max(n_inner, 1))
+    return HaloCover(keep, chosen // max(n_targets, 1), chosen % max(n_targets, 1))
+
+
+@dataclass(frozen=True)
+class RelationCut:
+    """The cut edges of one relation that reads a source type's halo.
+
+    Attributes:
+        halo (Tensor): ``[E]`` the halo row (of the source type) of each cut edge.
+        target (Tensor): ``[E]`` its inner target (of the relation's target type).
+        n_targets (int): inner nodes of the target type.
+        folds (bool): the relation may receive partial sums; else every halo row it reads is fetched.
+    """
+
+    halo: Tensor
+    target: Tensor
+    n_targets: int
+    folds: bool
+
+
+def relation_cover(cuts: Sequence[RelationCut], n_halo: int, recv_counts: Sequence[int]) -> tuple[HaloCover, list[int]]:
+    r"""One cover for every relation of a layer that reads a source type: one exchange, however many read it.
+
+    The right nodes are ``(relation, owner, target)``: relation :math:`r`'s targets are numbered
+    from ``offsets[r]`` on, so a partial sum is for one relation and target, while a fetched halo
+    row serves every relation that reads it. Halo rows of relations that cannot fold (``folds``
+    false) are fetched; the rest is a minimum vertex cover as in :func:`halo_cover`, so the
+    exchange never brings more rows than the rows these relations read. Halo rows no relation
+    reads are not fetched.
+
+    Returns:
+        ``(cover, offsets)``: the :class:`HaloCover` (``partial_target`` in the joint numbering)
+        and each relation's first target number.
+
+    Example:
+        >>> # halo rows 0, 1 (owner 1) feed targets 0, 1 of relation A and target 0 of relation B: two
+        >>> # fetched rows serve both (three partial sums would not); relation C cannot fold and reads row 2
+        >>> cuts = [RelationCut(torch.tensor([0, 1, 0, 1]), torch.tensor([0, 0, 1, 1]), 2, True),
+        ...         RelationCut(torch.tensor([0, 1]), torch.tensor([0, 0]), 1, True),
+        ...         RelationCut(torch.tensor([2]), torch.tensor([0]), 1, False)]
+        >>> cover, offsets = relation_cover(cuts, 4, [0, 4])
+        >>> cover.keep.tolist(), cover.n_partials, offsets
+        ([True, True, True, False], 0, [0, 2, 3])
+        >>> # three halo rows feed target 0 of A only: one partial sum
+        >>> cover, _ = relation_cover([RelationCut(torch.tensor([0, 1, 2]), torch.tensor([0, 0, 0]), 1, True)], 3, [0, 3])
+        >>> cover.rows, cover.partial_target.tolist()
+        (1, [0])
+    """
+    owner = _owners(recv_counts, n_halo)
+    forced = torch.zeros(n_halo, dtype=torch.bool)
+    hs, vs, offsets, at = [], [], [], 0
+    for cut in cuts:
+        offsets.append(at)
+        if cut.folds:
+            hs.append(cut.halo.long())
+            vs.append(cut.target.long() + at)
+        else:
+            forced[cut.halo.long()] = True
+        at += cut.n_targets
+    empty = torch.empty(0, dtype=torch.long)
+    h, v = (torch.cat(hs), torch.cat(vs)) if hs else (empty, empty)
+    return _cover(h, v, max(at, 1), owner, forced), offsets
+

@@ -154,3 +154,36 @@ def test_other_errors_off_the_cpu_are_raised_for_full_precision(monkeypatch) -> 
     with pytest.raises(RuntimeError, match="illegal memory access"):
         _apply(*_op_and_rows(torch.float64))
     assert fake.dtypes == [torch.float64]
+
+
+def test_a_relation_view_holds_its_own_partial_sums_and_folded_edges() -> None:
+    """A joint layout of two relations (targets 0-1 and 2-4): each view renumbers its targets from 0, keeps the
+    block positions, and the masks of their folded edges split the joint list."""
+    from lightning_halo.exchange.cover import CoverPlan
+
+    empty = torch.empty(0, dtype=torch.long)
+    plan = CoverPlan(
+        n_inner=3, n_halo=4, recv_counts=(0, 5), send_counts=(0, 0), kept_cols=torch.tensor([1]),
+        kept_pos=torch.tensor([0]), partial_pos=torch.tensor([1, 2, 3, 4]), partial_target=torch.tensor([0, 1, 2, 4]),
+        folded_col=torch.tensor([0, 2, 0, 3, 2]), folded_partial=torch.tensor([0, 0, 1, 2, 3]), folded_counts=(0, 5),
+        send_rows=empty, send_rows_pos=empty, send_partial_pos=empty, send_folded_partial=empty, send_folded_col=empty,
+    )  # fmt: skip
+    first, mask_a = plan.relation_view(0, 2)
+    second, mask_b = plan.relation_view(2, 5)
+    assert first.partial_target.tolist() == [0, 1] and first.partial_pos.tolist() == [1, 2]
+    assert second.partial_target.tolist() == [0, 2] and second.partial_pos.tolist() == [3, 4]
+    assert first.folded_col.tolist() == [0, 2, 0] and first.folded_partial.tolist() == [0, 0, 1]
+    assert second.folded_col.tolist() == [3, 2] and second.folded_partial.tolist() == [0, 1]
+    assert torch.equal(mask_a, ~mask_b) and mask_a.tolist() == [True, True, True, False, False]
+    assert torch.equal(first.kept_pos, plan.kept_pos) and first.block == plan.block
+
+
+def test_a_rank_owning_no_row_of_a_type_sends_an_empty_buffer() -> None:
+    """A heterogeneous rank may own no node of a source type: its send operator has no column, its buffer no row."""
+    from lightning_halo.exchange.cover import _apply
+
+    op = torch.zeros(0, 0).to_sparse_csr()
+    out = _apply(op, torch.empty(0, 8, dtype=torch.float64))
+    assert out.shape == (0, 8) and out.dtype == torch.float64
+    op = torch.zeros(2, 0).to_sparse_csr()  # rows to send (partial sums of nothing) from no own row
+    assert torch.equal(_apply(op, torch.empty(0, 3)), torch.zeros(2, 3))

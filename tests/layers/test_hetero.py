@@ -76,6 +76,39 @@ class Mixed(nn.Module):
         return self.c2(h, batch.edge_index_dict)[TARGET]
 
 
+def _edge_weight(batch, edge_type) -> torch.Tensor:
+    """Weights of an edge type's edges from their positions in the graph's edge list (alike on partitions)."""
+    store = batch[edge_type]
+    ids = store.e_id if "e_id" in store else torch.arange(store.edge_index.size(1))
+    return 1.0 + (ids % 3).double()
+
+
+class RowsAndSums(nn.Module):
+    """Partial sums beside rows in one exchange: layer 2 reads paper rows through an attention relation and a
+    ``max`` one (rows) and a linear one (partial sums); layer 3 gives a GraphConv edge weights, a call its layer's
+    exchange was not built for (its own rows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cites, writes, rev, venue = ("paper", "cites", "paper"), ("author", "writes", "paper"), \
+            ("paper", "rev_writes", "author"), ("paper", "in", "venue")  # fmt: skip
+        self.emb = nn.Embedding(7, 5)
+        self.c1 = HeteroConv({cites: gnn.GraphConv(-1, 8), writes: gnn.SAGEConv((-1, -1), 8),
+                              rev: gnn.SAGEConv((-1, -1), 8), venue: gnn.GraphConv((-1, -1), 8)}, aggr="sum")  # fmt: skip
+        self.c2 = HeteroConv({cites: gnn.GATConv(8, 8, add_self_loops=False), rev: gnn.GraphConv((8, 8), 8),
+                              writes: gnn.SAGEConv((8, 8), 8), venue: gnn.GraphConv((8, 8), 8, aggr="max")}, aggr="sum")  # fmt: skip
+        self.c3 = HeteroConv({writes: gnn.GraphConv((8, 8), 3), cites: gnn.SAGEConv(8, 3)}, aggr="sum")
+        self.writes = writes
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        h = {k: v.relu() for k, v in self.c1(x, batch.edge_index_dict).items()}
+        h = {k: v.relu() for k, v in self.c2(h, batch.edge_index_dict).items()}
+        weights = {self.writes: _edge_weight(batch, self.writes)}
+        return self.c3(h, batch.edge_index_dict, edge_weight_dict=weights)[TARGET]
+
+
 class HGT(nn.Module):
     def __init__(self, metadata) -> None:
         super().__init__()
@@ -130,6 +163,7 @@ def _model(name: str, data) -> nn.Module:
         "to_hetero(gat, mean)": lambda: ToHetero("gat", meta, "mean"),
         "to_hetero(graphconv-max, sum)": lambda: ToHetero("gin", meta, "sum"),
         "heteroconv(mixed)": Mixed,
+        "heteroconv(rows and partial sums)": RowsAndSums,
         "hgt": lambda: HGT(meta),
         "han": lambda: HAN(meta),
     }[name]().double()
@@ -138,8 +172,8 @@ def _model(name: str, data) -> nn.Module:
     return model
 
 
-MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)", "hgt",
-          "han"]
+MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)",
+          "heteroconv(rows and partial sums)", "hgt", "han"]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -149,6 +183,69 @@ def test_every_model_matches_the_whole_graph(name: str, world_size: int) -> None
     model = _model(name, data)
     got = run_threaded_hetero(model, data, world_size, _forward, TARGET)
     assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"{name} at {world_size} ranks")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_matches_the_whole_graph_without_partial_sums(name: str, world_size: int) -> None:
+    """The matrix above runs with ``halo_reduction="cover"`` (the default: partial sums per relation where a layer
+    aggregates linearly); here every halo row travels."""
+    data = generated_hetero()
+    model = _model(name, data)
+    got = run_threaded_hetero(model, data, world_size, _forward, TARGET, halo_reduction="none")
+    assert_same(got, hetero_reference(model, data, _forward, TARGET), what=f"{name} at {world_size} ranks, no cover")
+    assert not any("partial sums" in c for c in got["ranks"][0]["choices"].values())
+
+
+def _joint_rows(part, layer_relations: list[tuple[str, str, str]], folds: list[bool]) -> int:
+    """The rows one exchange of a layer brings for its source type: :func:`relation_cover` of its relations' cut
+    edges, recomputed here from the partition."""
+    from lightning_halo.partition.cover import RelationCut, cut_edges, relation_cover
+
+    src = layer_relations[0][0]
+    n_inner = int(part[src].n_inner)
+    cuts = [RelationCut(*cut_edges(part[e].edge_index, n_inner), int(part[e[-1]].n_inner), f)
+            for e, f in zip(layer_relations, folds)]  # fmt: skip
+    return relation_cover(cuts, int(part[src].num_nodes) - n_inner, part[src].recv_counts.tolist())[0].rows
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_partial_sums_per_relation_move_exactly_the_joint_covers_rows(world_size: int) -> None:
+    """to_hetero(SAGE): layer 2 reads paper rows through three relations (cites, rev_writes, in) in one exchange of
+    the joint cover's rows; its gradients come back the same way; fewer than every halo row."""
+    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
+    from lightning_halo.quant import row_nbytes
+
+    data = generated_hetero()
+    model = _model("to_hetero(sage, sum)", data)
+    cover = run_threaded_hetero(model, data, world_size, _forward, TARGET)
+    rows = run_threaded_hetero(model, data, world_size, _forward, TARGET, halo_reduction="none")
+    parts = build_hetero_partitions(data, assign_hetero_parts(data, world_size))
+    reading = {"paper": [("paper", "cites", "paper"), ("paper", "rev_writes", "author"), ("paper", "in", "venue")],
+               "author": [("author", "writes", "paper")]}  # fmt: skip
+    saved = 0
+    for r, (c, plain) in enumerate(zip(cover["ranks"], rows["ranks"])):
+        for node_type, relations in reading.items():
+            layer = f"net.c2[{node_type}]"
+            block = _joint_rows(parts[r], relations, [True] * len(relations))
+            assert c["meter"][(layer, "bwd")] == block * row_nbytes(8, 32, torch.float64), (r, layer)
+            n_halo = int(parts[r][node_type].num_nodes) - int(parts[r][node_type].n_inner)
+            assert plain["meter"][(layer, "bwd")] == n_halo * row_nbytes(8, 32, torch.float64)
+            saved += n_halo - block
+        assert all("partial sums (net.c2[" in how for name, how in c["choices"].items() if ".c2." in name), c["choices"]
+    assert saved > 0, "this graph has rows to save"
+    sent = lambda res: sum(v for rk in res["ranks"] for (_, kind), v in rk["meter"].items() if kind == "fwd")  # noqa: E731
+    assert sent(cover) < sent(rows)
+
+
+def test_relations_that_read_rows_share_the_exchange_and_a_call_it_was_not_built_for_fetches_its_own() -> None:
+    data = generated_hetero()
+    got = run_threaded_hetero(_model("heteroconv(rows and partial sums)", data), data, 2, _forward, TARGET)
+    choices = got["ranks"][0]["choices"]
+    assert "halo rows (" in choices["c2.convs.<paper___cites___paper>"]  # attention: rows, in the joint exchange
+    assert "partial sums (c2.convs[paper]" in choices["c2.convs.<paper___rev_writes___author>"]
+    assert "rows of its own" in choices["c3.convs.<author___writes___paper>"]  # edge weights: not predicted
+    assert {layer for layer, _ in got["ranks"][0]["meter"]} >= {"c2.convs[paper]", "c3.convs.<author___writes___paper>[author]"}
 
 
 @pytest.mark.parametrize("name", ["to_hetero(sage, sum)", "hgt"])

@@ -103,3 +103,57 @@ def test_a_cover_that_misses_an_edge_is_an_internal_error_not_an_assert(monkeypa
     monkeypatch.setattr(cover, "minimum_vertex_cover", nothing)
     with pytest.raises(InternalError, match=r"lightning-halo internal error: .*not a vertex cover.*please report"):
         halo_cover(part.edge_index, n_inner, n_halo, recv)
+
+
+# --------------------------------------------------------- several relations reading one source type
+def _random_cuts(seed: int) -> tuple[list, int, list[int]]:
+    from lightning_halo.partition.cover import RelationCut
+
+    g = torch.Generator().manual_seed(seed)
+    n_halo = int(torch.randint(1, 6, (1,), generator=g))
+    cuts = []
+    for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
+        n_t = int(torch.randint(1, 3, (1,), generator=g))
+        e = int(torch.randint(0, 5, (1,), generator=g))
+        cuts.append(RelationCut(torch.randint(0, n_halo, (e,), generator=g), torch.randint(0, n_t, (e,), generator=g),
+                                n_t, bool(torch.rand(1, generator=g) < 0.7)))  # fmt: skip
+    split = int(torch.randint(0, n_halo + 1, (1,), generator=g))
+    return cuts, n_halo, [split, n_halo - split]
+
+
+def _brute_force_joint(cuts, n_halo: int, owner: list[int]) -> int:
+    """Fewest rows (fetched halo rows + partial sums per relation, owner and target) that give every relation
+    every contribution, rows of relations that cannot fold fetched: by trying every set of fetched rows."""
+    forced = {int(h) for c in cuts if not c.folds for h in c.halo.tolist()}
+    best = None
+    for size in range(n_halo + 1):
+        for kept in itertools.combinations(range(n_halo), size):
+            if not forced <= set(kept):
+                continue
+            partials = {(r, owner[h], v) for r, c in enumerate(cuts) if c.folds
+                        for h, v in zip(c.halo.tolist(), c.target.tolist()) if h not in kept}  # fmt: skip
+            total = size + len(partials)
+            best = total if best is None else min(best, total)
+    assert best is not None
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_joint_cover_of_several_relations_is_minimum_and_serves_each(seed: int) -> None:
+    from lightning_halo.partition.cover import relation_cover
+
+    cuts, n_halo, recv = _random_cuts(seed)
+    cover, offsets = relation_cover(cuts, n_halo, recv)
+    owner = halo_owners(recv).tolist()
+    partial = set(zip(cover.partial_owner.tolist(), cover.partial_target.tolist()))
+    for r, c in enumerate(cuts):
+        for h, v in zip(c.halo.tolist(), c.target.tolist()):
+            if not c.folds:
+                assert cover.keep[h], f"relation {r} cannot fold: its halo row {h} must be fetched"
+            elif not cover.keep[h]:
+                assert (owner[h], offsets[r] + v) in partial, f"relation {r} misses row {h}'s contribution to {v}"
+    assert cover.rows == _brute_force_joint(cuts, n_halo, owner)
+    read = {int(h) for c in cuts for h in c.halo.tolist()}
+    assert cover.rows <= len(read), "never more rows than the rows the relations read"
+    assert not any(cover.keep[h] for h in range(n_halo) if h not in read), "a row no relation reads is not fetched"
+    assert offsets == [sum(c.n_targets for c in cuts[:r]) for r in range(len(cuts))]

@@ -2,7 +2,7 @@
 
 The zoo's HeteroNodeClassifier (HeteroConv of SAGEConv or GATConv per relation, HGTConv or HANConv; a
 learned embedding for the type without features) trains for a few epochs at bits=32 on 2 and 3
-gloo processes; its parameters and the gathered predictions of the labelled type equal those of
+gloo processes (SAGE with and without partial sums per relation); its parameters and the gathered predictions of the labelled type equal those of
 plain PyG trained on the whole graph. Quantized and pipelined runs train and move fewer bytes.
 """
 
@@ -19,6 +19,8 @@ from tests.workers.hetero_worker import EPOCHS
 
 WORKER = "tests/workers/hetero_worker.py"
 EXACT = ["sage:32:sync", "gat:32:sync", "hgt:32:sync", "han:32:sync"]
+#: sage with partial sums per relation (the default, above) and without; the attention layers take none
+NO_COVER = "sage:32:sync:none"
 LEAF = "han:32:sync:leaf"
 
 
@@ -31,8 +33,9 @@ def _records(out: Path, config: str, world_size: int) -> list[dict]:
 def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: int, tmp_path: Path) -> None:
     configs = [*EXACT, "sage:1:sync", "hgt:2:pipelined", "lazy", LEAF] if world_size == 2 else EXACT
     check(run_workers([WORKER, "--out", str(tmp_path), "--configs", *configs], world_size, timeout=900))
+    check(run_workers([WORKER, "--out", str(tmp_path), "--configs", NO_COVER], world_size, timeout=900))
     data = generated_hetero()
-    for config in EXACT:
+    for config in [*EXACT, NO_COVER]:
         ref = train_reference(config.split(":")[0], data, EPOCHS)
         for r, rec in enumerate(_records(tmp_path, config, world_size)):
             for name, value in ref["params"].items():
@@ -40,6 +43,11 @@ def test_fit_on_heterogeneous_partitions_equals_single_process_pyg(world_size: i
                                            msg=lambda m: f"{config} rank {r} {name}: {m}")  # fmt: skip
             torch.testing.assert_close(rec["pred"], ref["pred"], atol=1e-10, rtol=1e-9)
             assert rec["traffic"], f"{config}: halos must have travelled"
+            covered = any("partial sums" in how for how in rec["choices"].values())
+            assert covered == (config == "sage:32:sync"), (config, rec["choices"])
+    fwd_total = lambda config: sum(v for r in _records(tmp_path, config, world_size)  # noqa: E731
+                                   for (_, kind), v in r["traffic"].items() if kind == "fwd")  # fmt: skip
+    assert fwd_total("sage:32:sync") < fwd_total(NO_COVER)
     if world_size == 2:
         _check_lazy(tmp_path, data)
         _check_leaf(tmp_path)

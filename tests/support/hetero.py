@@ -97,10 +97,12 @@ def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
 
 def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int | str = 32,
                         partitioner: str = "metis", steps: int = 1, mode=lambda epoch: "sync",
-                        options: Optional[dict] = None, drift_bound: Optional[float] = None) -> dict:  # fmt: skip
+                        options: Optional[dict] = None, drift_bound: Optional[float] = None,
+                        halo_reduction: str = "cover") -> dict:  # fmt: skip
     """The ranks in threads (as tests.support.threaded.run_threaded), on heterogeneous partitions: the target
     type's logits in global order, the summed loss and gradients, each rank's traffic and slots. ``options``: more
-    :class:`~lightning_halo.exchange.HaloExchanger` options; ``drift_bound``: the ``"adaptive"`` mode's threshold.
+    :class:`~lightning_halo.exchange.HaloExchanger` options; ``drift_bound``: the ``"adaptive"`` mode's threshold;
+    ``halo_reduction``: the layers' option (``"cover"``: partial sums per relation where they apply).
     Each rank also returns the logits of every step (``outs``) and the adaptive decisions of the last one."""
     import copy
 
@@ -117,7 +119,7 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
     def rank_main(r: int) -> dict:
         net = copy.deepcopy(model)
         ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits, **(options or {}))
-        ctx = LayerContext(ex)
+        ctx = LayerContext(ex, halo_reduction=halo_reduction)  # type: ignore[arg-type]
         hooks = install_hooks(net, ctx)
         part = parts[r]
         ex.bind(part)

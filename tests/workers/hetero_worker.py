@@ -3,8 +3,9 @@
     python tests/workers/hetero_worker.py --out DIR --configs sage:32:sync gat:32:sync hgt:1:pipelined ...
 
 Config ``lazy`` trains a model with lazy parameters (refused first, then materialised as the
-refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>[:leaf]`` (``leaf``: the graph
-of :func:`tests.support.hetero.with_leaf_relation`) trains the model (float64, no dropout, seeded) for
+refusal says) and writes DIR/lazy/rank<r>.pt. Each config ``<conv>:<bits>:<mode>[:leaf][:none]`` (``leaf``: the
+graph of :func:`tests.support.hetero.with_leaf_relation`; ``none``: ``halo_reduction="none"``, every halo row
+travels, else partial sums per relation where they apply) trains the model (float64, no dropout, seeded) for
 ``EPOCHS`` epochs on the generated heterogeneous graph (a featureless type included) and writes
 DIR/<config>/rank<r>.pt: the parameters after training, the gathered predictions of the
 labelled type, the validation accuracy and the traffic totals. ``--epochs``, ``--save CKPT`` and
@@ -57,12 +58,14 @@ def run(config: str, out: Path, world_size: int, rank: int, epochs: int = EPOCHS
         target.mkdir(parents=True, exist_ok=True)
         torch.save(lazy(out, world_size), target / f"rank{rank}.pt")
         return
-    conv, bits, mode, *graph = config.split(":")
-    data = generated_hetero() if not graph else with_leaf_relation(generated_hetero())
-    dm = HaloDataModule(data, cache_dir=str(out / ("cache" if not graph else "cache_leaf")))
+    conv, bits, mode, *extra = config.split(":")
+    leaf = "leaf" in extra
+    data = generated_hetero() if not leaf else with_leaf_relation(generated_hetero())
+    dm = HaloDataModule(data, cache_dir=str(out / ("cache" if not leaf else "cache_leaf")))
     model = hetero_model(conv, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type, dm.num_classes)
     schedule = [] if mode == "sync" else [HaloSchedule(mode=mode, sync_every=3)]
-    strategy = HaloQuantStrategy(bits=int(bits), find_unused_parameters=conv in ("hgt", "han"))
+    strategy = HaloQuantStrategy(bits=int(bits), find_unused_parameters=conv in ("hgt", "han"),
+                                 halo_reduction="none" if "none" in extra else "cover")  # fmt: skip
     trainer = quiet_trainer(world_size, strategy=strategy, max_epochs=epochs, callbacks=schedule)
     trainer.fit(model, datamodule=dm, ckpt_path=resume)
     if save:
