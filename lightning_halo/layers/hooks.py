@@ -44,7 +44,6 @@ from lightning_halo.layers.hetero import (
 from lightning_halo.layers.normalize import gcn_weights
 from lightning_halo.layers.propagate import count_propagation, step_inputs
 from lightning_halo.layers.reduction import HaloReduction, check_halo_reduction
-from lightning_halo.layers.relation_cover import TypeCover, build_type_cover, group_of, predict_member, relation_layers
 from lightning_halo.layers.registry import (
     COMPILE_REFUSAL,
     LayerSpec,
@@ -55,6 +54,7 @@ from lightning_halo.layers.registry import (
     refused_instance,
     refused_wrapper,
 )
+from lightning_halo.layers.relation_cover import TypeCover, build_type_cover, group_of, predict_member, relation_layers
 from lightning_halo.memo import TensorMemo, WarnOnce
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import EdgeType, HeteroHaloPartition

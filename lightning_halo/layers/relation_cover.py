@@ -31,7 +31,6 @@ from torch.nn import Module, ModuleDict
 from lightning_halo.exchange.cover import CoverPlan, CoverRoute, RowsExchange, build_cover_plan, build_route
 from lightning_halo.exchange.plan import ExchangePlan
 from lightning_halo.layers.call import Aggregation, choose_aggregation
-from lightning_halo.layers.fused import FusedAdjacency
 from lightning_halo.layers.reduction import HaloReduction, choose_reduction, covered_adjacency
 from lightning_halo.layers.registry import LayerSpec
 from lightning_halo.partition.cover import RelationCut, cut_edges, relation_cover
