@@ -184,11 +184,10 @@ class LayerContext:
         part = self.hetero
         assert part is not None
         n_rows, n_src = int(part[edge_type[-1]].n_inner), int(part[node_type].num_nodes)
-        edges, red, dtype = part[edge_type].edge_index, member.reduce, x_inner.dtype
+        relation, red, dtype = self._covered_relation_adjacency(part), member.reduce, x_inner.dtype
 
         def adjacency(n_dst: int) -> Tensor:
-            build = lambda: FusedAdjacency.build(edges, None, n_rows, n_src, red, dtype)  # type: ignore[arg-type]  # noqa: E731
-            return cover.adjacency(layer, n_dst, n_rows, build, dtype)
+            return cover.adjacency(layer, n_dst, n_rows, lambda: relation(edge_type, n_rows, n_src, red, dtype), dtype)
 
         return RelationSource(block, adjacency, how=f"partial sums ({group}[{node_type}]: {cover.block} rows, "
                                                     f"{cover.plan.n_halo} halo rows)")  # fmt: skip
