@@ -12,6 +12,8 @@ directly, so an upgrade that breaks one fails there, with its name, and nowhere 
   (``MessagePassing._user_args``), whether PyG generated a class's ``propagate`` with its fused
   branch (a search of the generated source), PyG's per-layer caches and normalisation flags, and
   whether ``data.num_nodes`` was set explicitly (``Data._store``);
+* :mod:`~lightning_halo._compat.pymetis`: METIS' C API inside pymetis' extension module and the
+  index width pymetis reports (several balance constraints, which ``part_graph`` does not pass);
 * :mod:`~lightning_halo._compat.lightning`: the ranks Lightning's subprocess launcher started
   (a private class), to stop them when a run fails; the class of Lightning's strategy registry.
 
@@ -21,4 +23,7 @@ are others).
 """
 
 #: The modules of this folder; each has its pinning tests in ``tests/_compat/test_<name>.py``.
-MODULES = ("lightning_halo._compat.torch", "lightning_halo._compat.pyg", "lightning_halo._compat.lightning")
+MODULES = (
+    "lightning_halo._compat.torch", "lightning_halo._compat.pyg", "lightning_halo._compat.lightning",
+    "lightning_halo._compat.pymetis",
+)  # fmt: skip

@@ -207,6 +207,8 @@ def _stats(data: Any, parts: list[HeteroHaloPartition], assignment: Any, seconds
         "balanced_type": labelled,
         "labelled_balance": balance,
         "moved_by_balance": assignment.moved,
+        # how many weights METIS balanced (2: all nodes and the labelled type); absent for other partitioners
+        **({"balance_constraints": assignment.details["constraints"]} if "constraints" in assignment.details else {}),
         "parts": per_part,
         "partitioner": assignment.partitioner,
         "partition_s": round(seconds, 3),
@@ -387,6 +389,8 @@ def format_hetero_stats(stats: dict[str, Any], title: str) -> list[str]:
     """
     balance = stats.get("labelled_balance")
     said = f", {stats['balanced_type']} balance {balance:.3f}" if balance is not None else ""
+    if balance is not None and "balance_constraints" in stats:
+        said += f" (METIS constraints {stats['balance_constraints']}, moved after {stats['moved_by_balance']})"
     lines = [f"{title}: edge cut {stats['edge_cut']}, halo rows {stats['halo_rows']}{said}",
              f"  {'part':>4} {'type':<24} {'inner':>8} {'halo':>10} {'edges':>10}"]  # fmt: skip
     for p, row in enumerate(stats["parts"]):

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lightning_halo.partition.chunks import CHUNK_BYTES, iter_edges, trim_heap
 from lightning_halo.partition.kaminpar import EPS, run_kaminpar, write_parhip
-from lightning_halo.partition.sorting import sorted_unique, stable_argsort
+from lightning_halo.partition.metis_constraints import metis_available, part_graph_constraints
 from lightning_halo.partition.options import (
     Balance,
     Partitioner,
@@ -23,6 +23,7 @@ from lightning_halo.partition.options import (
     check_partitioner,
     check_threads,
 )
+from lightning_halo.partition.sorting import sorted_unique, stable_argsort
 
 
 def symmetric_csr(
@@ -176,6 +177,7 @@ def assign_parts(
     threads: int = 1,
     memory_budget: Optional[int] = None,
     workdir: Optional[str | os.PathLike] = None,
+    constraint: Optional[Tensor] = None,
 ) -> Assignment:
     r"""Assign every node to one of ``num_parts`` parts, and say how (see :func:`partition_graph`).
 
@@ -187,6 +189,12 @@ def assign_parts(
             physical memory, :func:`default_memory_budget`)
         workdir (str, optional): where KaMinPar's input file is written (and removed).
             (default: the system's temporary directory)
+        constraint (Tensor, optional): ``[N]`` non-negative integer weights of a second balance
+            constraint (e.g. ``1`` on the labelled nodes of a heterogeneous graph). METIS balances it
+            together with ``balance``'s weights (:mod:`~lightning_halo.partition.metis_constraints`);
+            KaMinPar and ``"random"`` balance one weight and ignore it. ``details["constraints"]`` says
+            how many METIS balanced (and ``details["constraints_why"]`` why one where two were asked).
+            (default: ``None``)
     """
     check_num_parts(num_parts, num_nodes)
     check_partitioner(partitioner)
@@ -204,7 +212,8 @@ def assign_parts(
     if partitioner == "metis":
         xadj, adjncy = symmetric_csr(edge_index, num_nodes)
         trim_heap()  # the CSR build's freed windows: not to be counted again while METIS runs
-        return _metis(xadj, adjncy, edge_index, num_nodes, num_parts, seed, balance, {"csr_s": time.perf_counter() - t0})
+        details = {"csr_s": time.perf_counter() - t0}
+        return _metis(xadj, adjncy, edge_index, num_nodes, num_parts, seed, balance, details, constraint)
     # KaMinPar's input (and "auto"'s measure) is the CSR with 32-bit ids: half of METIS' input.
     xadj, adjncy = symmetric_csr(edge_index, num_nodes, index_dtype=torch.int32 if num_nodes < 1 << 31 else torch.int64)
     trim_heap()
@@ -215,7 +224,7 @@ def assign_parts(
         choice = choose_partitioner(num_nodes, int(adjncy.size), budget)
         details.update(metis_predicted_bytes=METIS_FACTOR * details["csr_bytes"], memory_budget=budget)
         if choice == "metis":
-            return _metis(xadj, adjncy.astype(np.int64), edge_index, num_nodes, num_parts, seed, balance, details)
+            return _metis(xadj, adjncy.astype(np.int64), edge_index, num_nodes, num_parts, seed, balance, details, constraint)
     details.update(threads=threads, eps=EPS, compress=True)
     if adjncy.size == 0:
         return Assignment(_split_evenly(num_nodes, num_parts), "kaminpar", details)
@@ -285,7 +294,7 @@ def partition_graph(
 
 def _metis(
     xadj: np.ndarray, adjncy: np.ndarray, edge_index: Tensor, num_nodes: int, num_parts: int, seed: int, balance: str,
-    details: dict[str, Any],
+    details: dict[str, Any], constraint: Optional[Tensor] = None,
 ) -> Assignment:  # fmt: skip
     import pymetis
 
@@ -293,6 +302,16 @@ def _metis(
         return Assignment(_split_evenly(num_nodes, num_parts), "metis", details)
     weights = _in_degree_weights(edge_index, num_nodes) if balance == "edges" else None
     t0 = time.perf_counter()
+    details["constraints"] = 1
+    if constraint is not None:
+        why = _second_constraint_why(constraint, num_nodes)
+        if why is None:
+            base = np.ones(num_nodes, dtype=np.int64) if weights is None else weights.numpy()
+            stacked = np.stack([base, constraint.to(torch.long).numpy()], axis=1)
+            membership = part_graph_constraints(xadj, adjncy, stacked, num_parts, seed)
+            details.update(constraints=2, metis_s=time.perf_counter() - t0)
+            return Assignment(_fill_empty_parts(torch.from_numpy(membership), num_parts), "metis", details)
+        details["constraints_why"] = why
     _, membership = pymetis.part_graph(
         num_parts,
         adjacency=pymetis.CSRAdjacency(xadj, adjncy),
@@ -302,6 +321,17 @@ def _metis(
     details["metis_s"] = time.perf_counter() - t0
     parts = torch.as_tensor(np.asarray(membership), dtype=torch.long)
     return Assignment(_fill_empty_parts(parts, num_parts), "metis", details)
+
+
+def _second_constraint_why(constraint: Tensor, num_nodes: int) -> Optional[str]:
+    """Why METIS balances one constraint where a second was given (``None``: it balances both)."""
+    if constraint.shape != (num_nodes,) or bool((constraint < 0).any()):
+        raise ValueError(f"constraint must be [num_nodes={num_nodes}] non-negative weights, got {list(constraint.shape)}")
+    if int(constraint.sum()) == 0:
+        return "the second constraint weighs nothing"
+    if not metis_available():
+        return "this pymetis does not export METIS' C API (pymetis' part_graph passes one weight per node)"
+    return None
 
 
 def _in_degree_weights(edge_index: Tensor, num_nodes: int) -> Tensor:

@@ -4,10 +4,11 @@ A :class:`~torch_geometric.data.HeteroData` is partitioned as DistDGL does it: i
 laid end to end in one homogeneous id space (type :math:`t`'s node :math:`i` is
 :math:`o_t + i`, :math:`o_t` the summed counts of the types before it), every edge type's edges
 are mapped into it, and the homogeneous graph goes through the same partitioners as a ``Data``
-(:func:`~lightning_halo.partition.graph.assign_parts`). METIS and KaMinPar as we call them balance
-one weight per node (pymetis passes a single constraint), so the labelled type's balance is
-restored after them by :func:`balance_type`, which moves the fewest labelled nodes it must, each
-to the part holding most of its neighbours.
+(:func:`~lightning_halo.partition.graph.assign_parts`). METIS balances the labelled type itself,
+as a second balance constraint (:mod:`~lightning_halo.partition.metis_constraints`); KaMinPar as we
+call it balances one weight per node. After either, :func:`balance_type` restores the labelled
+type's balance where it is off by more than the tolerance, moving the fewest labelled nodes it
+must, each to the part holding most of its neighbours (after METIS with two constraints: none).
 
 :func:`plan_hetero_parts` then gives every part, per node type, its inner nodes (increasing id
 within the type), its halo (grouped by owner, increasing id within each owner) and what it sends
@@ -276,9 +277,10 @@ def assign_hetero_parts(
     r"""Assign every node of every type of a heterogeneous graph to one of ``num_parts`` parts.
 
     The homogeneous view (:func:`homogeneous_edges`) is partitioned by ``partitioner`` balancing
-    all nodes; then the nodes of ``balance_type_of`` (default: the labelled type, where there is
-    one) are balanced within ``tolerance`` by :func:`balance_type`: the training work of a rank
-    is its labelled nodes' loss, so that type decides how even the ranks' steps are.
+    all nodes, and with METIS the nodes of ``balance_type_of`` (default: the labelled type, where
+    there is one) as a second constraint; then that type is balanced within ``tolerance`` by
+    :func:`balance_type`: the training work of a rank is its labelled nodes' loss, so that type
+    decides how even the ranks' steps are.
 
     Args:
         data (HeteroData): the graph (checked by :func:`hetero_layout`).
@@ -299,12 +301,16 @@ def assign_hetero_parts(
         raise HeteroGraphError(f"balance_type_of={balance_type_of!r} is not a node type of the graph "
                                f"(its node types: {list(layout.node_types)})")  # fmt: skip
     edges = homogeneous_edges(data, layout)
-    assignment = assign_parts(edges, layout.total_nodes, num_parts, partitioner=partitioner, seed=seed, threads=threads)  # type: ignore[arg-type]
-    parts, moved = assignment.parts, 0
+    members = None
     if balance_type_of is not None:
         start = layout.offsets[balance_type_of]
         members = torch.zeros(layout.total_nodes, dtype=torch.bool)
         members[start : start + layout.num_nodes[balance_type_of]] = True
+    # METIS balances the type itself as a second constraint; the post-pass then moves few nodes or none
+    assignment = assign_parts(edges, layout.total_nodes, num_parts, partitioner=partitioner, seed=seed, threads=threads,  # type: ignore[arg-type]
+                              constraint=members)  # fmt: skip
+    parts, moved = assignment.parts, 0
+    if members is not None:
         balanced = balance_type(parts, members, num_parts, edges, tolerance)
         moved = int((balanced != parts).sum())
         parts = balanced
