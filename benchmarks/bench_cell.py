@@ -222,7 +222,11 @@ def run_halo(args: argparse.Namespace, world_size: int) -> tuple[Probe, L.Traine
         strategy: Any = "auto"
     else:
         strategy = HaloQuantStrategy(
-            bits=args.bits, seed=args.seed, **({"bit_budget": args.bit_budget} if args.bit_budget is not None else {}), **({"bit_target": args.bit_target} if args.bit_target is not None else {}), halo_timeout=args.timeout, aggregation=args.aggregation,
+            bits=args.bits, seed=args.seed, **({"bit_budget": args.bit_budget} if args.bit_budget is not None else {}), **({"bit_target": args.bit_target} if args.bit_target is not None else {}),
+            # the budget opens when the early-stopping metric stalls for --bit-patience validations
+            **({"bit_monitor": "b_val_auroc" if dm.num_classes == 2 else "b_val_acc", "bit_mode": "max",
+                "bit_patience": args.bit_patience} if args.bit_patience else {}),
+            halo_timeout=args.timeout, aggregation=args.aggregation,
             halo_reduction=args.halo_reduction, num_threads=int(os.environ.get("OMP_NUM_THREADS", "1")),
         )
         callbacks.append(HaloSchedule(**MODES[args.mode]))
@@ -367,6 +371,9 @@ def main() -> None:
     parser.add_argument("--bits", type=_bits, default=32, help="1, 2, 4, 8, 16, 32 or adaptive")
     parser.add_argument("--bit-budget", type=float, default=None, help="HaloQuantStrategy(bit_budget=...) with --bits adaptive")
     parser.add_argument("--bit-target", type=float, default=None, help="HaloQuantStrategy(bit_target=...) with --bits adaptive")
+    parser.add_argument("--bit-patience", type=int, default=0,
+                        help="with --bits adaptive: HaloQuantStrategy(bit_monitor=<the validation score>, bit_mode='max', "
+                             "bit_patience=N): the narrowest width until the score stalls for N validations")
     parser.add_argument("--mode", choices=sorted(MODES), default="sync")
     parser.add_argument("--baseline", choices=["none", "single", "neighbor"], default="none")
     parser.add_argument("--epochs", type=int, default=50)

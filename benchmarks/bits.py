@@ -53,12 +53,15 @@ METHODS: dict[str, tuple[str, str]] = {
     "b32-sync": ("32-bit", "32"),
     "b1-sync": ("1-bit", "1"),
     "badaptive-sync": ("adaptive (1/2/4/8, budget 2x)", "adaptive"),
+    "badaptive-plateau-sync": ("adaptive, budget on a plateau (patience 5)", "adaptive"),
     "b2-sync": ("2-bit", "2"),
     "b4-sync": ("4-bit", "4"),
     "b8-sync": ("8-bit", "8"),
 }
 FIXED = ("b32-sync", "b8-sync", "b4-sync", "b2-sync", "b1-sync")
 ADAPTIVE = "badaptive-sync"
+#: the adaptive methods judged against the targets, and what each adds to bench_cell's arguments
+ADAPTIVES = {ADAPTIVE: [], "badaptive-plateau-sync": ["--bit-patience", "5"]}
 GRAPHS = ("tolokers", "cornell5", "amherst41")
 #: the issue's targets
 SCORE_PP = 0.1
@@ -100,9 +103,10 @@ def summarise_method(recs: list[dict[str, Any]], target: float) -> dict[str, Any
     }  # fmt: skip
 
 
-def judge(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's three targets for one graph and model (``None`` where a needed method is missing)."""
-    a, b32, b1 = rows.get(ADAPTIVE), rows.get("b32-sync"), rows.get("b1-sync")
+def judge(rows: dict[str, dict[str, Any]], method: str = ADAPTIVE) -> dict[str, Any]:
+    """The issue's three targets for one graph, model and adaptive ``method`` (``None`` where a needed method is
+    missing)."""
+    a, b32, b1 = rows.get(method), rows.get("b32-sync"), rows.get("b1-sync")
     fixed = [rows[m]["time_to_target_s"] for m in FIXED if m in rows]
     out: dict[str, Any] = {"score_gap_pp": None, "score_ok": None, "bytes_x": None, "bytes_ok": None,
                            "time_ok": None, "best_fixed_time_s": min(fixed) if fixed else None}  # fmt: skip
@@ -138,7 +142,7 @@ def cmd_run(a: argparse.Namespace) -> None:
                             return
                         bits = METHODS[method][1]
                         run_cell(graph, model, bits, "sync", a.nodes, a.rate, 100_000, cluster, a.force,  # type: ignore[arg-type]
-                                 extra=_args(a, graph, seed, budget, []), name=f"{model}-{method}-s{seed}",
+                                 extra=_args(a, graph, seed, budget, ADAPTIVES.get(method, [])), name=f"{model}-{method}-s{seed}",
                                  timeout=budget + 600, label=f"bits/{graph}")  # fmt: skip
 
 
@@ -163,12 +167,16 @@ def report(a: argparse.Namespace) -> dict[str, Any]:
                 continue
             target = statistics.fmean(run_curve(r)["best_val"] for r in recs["b32-sync"])
             rows = {m: summarise_method(r, target) for m, r in recs.items()}
-            shares: Counter[int] = Counter()
-            for r in recs.get(ADAPTIVE, []):
-                for b, f in width_shares(r).items():
-                    shares[b] += f / len(recs[ADAPTIVE])
-            results[f"{graph}/{model}"] = {"target": target, "rows": rows, "judge": judge(rows),
-                                           "adaptive_widths": dict(sorted(shares.items()))}  # fmt: skip
+            judged, widths = {}, {}
+            for method in ADAPTIVES:
+                if method not in recs:
+                    continue
+                shares: Counter[int] = Counter()
+                for r in recs[method]:
+                    for b, f in width_shares(r).items():
+                        shares[b] += f / len(recs[method])
+                judged[method], widths[method] = judge(rows, method), dict(sorted(shares.items()))
+            results[f"{graph}/{model}"] = {"target": target, "rows": rows, "judge": judged, "adaptive_widths": widths}
     return results
 
 
@@ -189,12 +197,12 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {key} | {METHODS[m][0]} | {row['seeds']} | {100 * row['test']:.2f} ± {100 * row['test_sd']:.2f} "
                          f"({row['metric'].replace('val_', '')}) | {gap} | {row['bytes_per_epoch'] / 1e6:.3f} MB | {bx} | "
                          f"{_fmt_t(row['time_to_target_s'])}; {row['reached']}/{row['seeds']} |")  # fmt: skip
-        j = res["judge"]
-        widths = ", ".join(f"{b}-bit {100 * f:.0f} %" for b, f in res["adaptive_widths"].items()) or "—"
-        verdicts.append(f"| {key} | {_ok(j['score_ok'], j['score_gap_pp'], '{:+.2f} pp')} | "
-                        f"{_ok(j['bytes_ok'], j['bytes_x'], '{:.2f}x')} | {_ok(j['time_ok'], None, '')} | {widths} |")  # fmt: skip
-    head = ["", "| graph / model | test within 0.1 pp of 32-bit | bytes ≤ 2x 1-bit | time ≤ best fixed width | "
-            "adaptive's widths (share of choices) |", "|---|---|---|---|---|"]  # fmt: skip
+        for method, j in res["judge"].items():
+            widths = ", ".join(f"{b}-bit {100 * f:.0f} %" for b, f in res["adaptive_widths"][method].items()) or "—"
+            verdicts.append(f"| {key} | {METHODS[method][0]} | {_ok(j['score_ok'], j['score_gap_pp'], '{:+.2f} pp')} | "
+                            f"{_ok(j['bytes_ok'], j['bytes_x'], '{:.2f}x')} | {_ok(j['time_ok'], None, '')} | {widths} |")  # fmt: skip
+    head = ["", "| graph / model | method | test within 0.1 pp of 32-bit | bytes ≤ 2x 1-bit | time ≤ best fixed width | "
+            "its widths (share of choices) |", "|---|---|---|---|---|---|"]  # fmt: skip
     return "\n".join(lines + head + verdicts) + "\n"
 
 

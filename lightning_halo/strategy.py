@@ -47,7 +47,7 @@ from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.chunks import trim_heap
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
-from lightning_halo.quant.allocate import BIT_BUDGET, BIT_CHOICES, BIT_TARGET
+from lightning_halo.quant.allocate import BIT_BUDGET, BIT_CHOICES, BIT_PATIENCE, BIT_TARGET, MonitorMode
 from lightning_halo.shutdown import release_at_exit
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,14 @@ class HaloQuantStrategy(DDPStrategy):
         bit_target (float, optional): the noise an adaptive direction may add to its layer's outputs, as a
             share of their energy, before its width is raised (``0``: no target, widen while ``bit_budget``
             allows; by default ``BIT_TARGET``, ``0``).
+        bit_monitor (str, optional): the name of a validation metric the module logs (e.g. ``"val_acc"``):
+            adaptive widths stay at the narrowest choice while it improves, and ``bit_budget`` opens for the rest
+            of the run once ``bit_patience`` validations in a row fail to improve it (its mean over the ranks,
+            agreed in the widths' all-reduce). ``None``: the budget is open from the first decision.
+            (default: ``None``)
+        bit_mode (str, optional): ``"max"`` (an accuracy) or ``"min"`` (a loss). (default: ``"max"``)
+        bit_patience (int, optional): validations without improvement before the budget opens (by default
+            ``BIT_PATIENCE``, ``3``).
         scale_loss (str, optional): what the loss is: ``"train_mean"`` (a mean over the
             partition's train nodes; multiplied by :math:`P\,n_r/N_{train}`), ``"share"``
             (this rank's share of the global objective: the ranks' losses sum to it, e.g.
@@ -242,6 +250,9 @@ class HaloQuantStrategy(DDPStrategy):
         bit_choices: tuple[int, ...] = BIT_CHOICES,
         bit_budget: float = BIT_BUDGET,
         bit_target: float = BIT_TARGET,
+        bit_monitor: Optional[str] = None,
+        bit_mode: MonitorMode = "max",
+        bit_patience: int = BIT_PATIENCE,
         scale_loss: Union[bool, LossScaling] = "train_mean",
         halo_timeout: float = 300.0,
         seed: int = 0,
@@ -294,7 +305,8 @@ class HaloQuantStrategy(DDPStrategy):
         #: The rank's halo exchange (checks and owns the bit widths, seeds and per-rank halo state).
         self.exchanger = HaloExchanger(
             None, bits=bits, grad_bits=grad_bits, eval_bits=eval_bits, seed=seed, check_finite=check_finite,
-            bit_choices=tuple(bit_choices), bit_budget=bit_budget, bit_target=bit_target,
+            bit_choices=tuple(bit_choices), bit_budget=bit_budget, bit_target=bit_target, bit_monitor=bit_monitor,
+            bit_mode=bit_mode, bit_patience=bit_patience,
         )
         self._layers = LayerContext(self.exchanger, aggregation, halo_reduction)  # checks and owns both options
         self._policy: HaloPolicy = SYNC
@@ -448,6 +460,7 @@ class HaloQuantStrategy(DDPStrategy):
         Added here, before Lightning restores callback states from a checkpoint.
         """
         from lightning_halo.callbacks import HaloRequeue, HaloStateCallback, HaloTrafficLogger
+        from lightning_halo.callbacks.bits import HaloBitMonitor
 
         if not any(isinstance(cb, HaloTrafficLogger) for cb in trainer.callbacks):
             trainer.callbacks.append(HaloTrafficLogger())
@@ -459,6 +472,10 @@ class HaloQuantStrategy(DDPStrategy):
             trainer.callbacks.append(state)
         state.attach(self.exchanger.state, self.global_rank, self.world_size)
         self._state_callback = state
+        monitor = self.exchanger.bit_monitor
+        if monitor is not None and not any(isinstance(cb, HaloBitMonitor) for cb in trainer.callbacks):
+            # first: its on_validation_end must run before a ModelCheckpoint saving at that hook
+            trainer.callbacks.insert(0, HaloBitMonitor(monitor, self.exchanger))
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -474,6 +491,9 @@ class HaloQuantStrategy(DDPStrategy):
             widths = f"bits={ex.bits!r}, grad_bits={ex.grad_bits!r}"
             if ex.adaptive_bits:  # bits="adaptive": say what it chooses from and within which bytes
                 target = f", output noise target {ex.bit_target:g}" if ex.bit_target else ""
+                if ex.bit_monitor is not None:
+                    target += (f"; at {ex.bit_choices[0]} bit until {ex.bit_monitor} ({ex.bit_mode}) stops improving "
+                               f"for {ex.bit_patience} validations")  # fmt: skip
                 widths += (f" (widths of {ex.bit_choices} agreed every epoch, within {ex.bit_budget:g}x their "
                            f"narrowest bytes{target})")  # fmt: skip
             rank_zero_info(f"lightning-halo: training halos at {widths} ({what})")

@@ -32,9 +32,12 @@ from lightning_halo.quant import check_bits
 from lightning_halo.quant.allocate import (
     BIT_BUDGET,
     BIT_CHOICES,
+    BIT_PATIENCE,
     BIT_TARGET,
+    MonitorMode,
     check_bit_budget,
     check_bit_choices,
+    check_bit_monitor,
     check_bit_target,
     check_width,
     halo_reach,
@@ -93,6 +96,11 @@ class HaloExchanger:
             narrowest choice. (default: ``2.0``)
         bit_target (float): the noise adaptive directions may add to a layer's outputs, relative to their
             energy, before a width is raised (``0``: widen while ``bit_budget`` allows). (default: ``0``)
+        bit_monitor (str, optional): a validation metric (its values reach :meth:`observe_progress`): adaptive
+            directions stay at the narrowest choice until it plateaus, then ``bit_budget`` opens. (default: ``None``:
+            the budget is open from the first decision)
+        bit_mode (str): ``"max"`` or ``"min"``: which way ``bit_monitor`` improves. (default: ``"max"``)
+        bit_patience (int): checks without improvement before the budget opens. (default: ``3``)
         seed (int): seed of the per-rank stochastic-rounding generator. (default: ``0``)
         check_finite (bool): raise on NaN/Inf in halo rows. (default: ``True``)
 
@@ -114,6 +122,9 @@ class HaloExchanger:
         bit_choices: tuple[int, ...] = BIT_CHOICES,
         bit_budget: float = BIT_BUDGET,
         bit_target: float = BIT_TARGET,
+        bit_monitor: Optional[str] = None,
+        bit_mode: MonitorMode = "max",
+        bit_patience: int = BIT_PATIENCE,
     ) -> None:
         self.bits: Bits = check_width(bits)
         self.grad_bits: Bits = self.bits if grad_bits is None else check_width(grad_bits, "grad_bits")
@@ -121,9 +132,11 @@ class HaloExchanger:
         self.bit_choices = check_bit_choices(bit_choices)
         self.bit_budget = check_bit_budget(bit_budget)
         self.bit_target = check_bit_target(bit_target)
+        self.bit_monitor, self.bit_mode, self.bit_patience = check_bit_monitor(bit_monitor, bit_mode, bit_patience)
         if not is_adaptive(self.bits) and not is_adaptive(self.grad_bits):
             options = (("bit_choices", self.bit_choices, BIT_CHOICES), ("bit_budget", self.bit_budget, BIT_BUDGET),
-                       ("bit_target", self.bit_target, BIT_TARGET))  # fmt: skip
+                       ("bit_target", self.bit_target, BIT_TARGET), ("bit_monitor", self.bit_monitor, None),
+                       ("bit_mode", self.bit_mode, "max"), ("bit_patience", self.bit_patience, BIT_PATIENCE))  # fmt: skip
             given = [f"{name}={value!r}" for name, value, default in options if value != default]
             if given:
                 verb = "apply" if len(given) > 1 else "applies"
@@ -135,6 +148,8 @@ class HaloExchanger:
         adaptive = tuple(d for d, b in (("fwd", self.bits), ("bwd", self.grad_bits)) if is_adaptive(b))
         if adaptive:
             self._slots.set_widths(self.bit_choices, self.bit_budget, adaptive, self.bit_target)
+            if self.bit_monitor is not None:
+                self._slots.set_plateau(self.bit_mode, self.bit_patience)
         #: The exact collectives the layer calls are given (degrees, edge lists, agreement).
         self.collectives = Collectives(self._wire)
         #: What checkpoints (generators, slots, traffic totals), for :class:`~lightning_halo.HaloStateCallback`.
@@ -384,6 +399,18 @@ class HaloExchanger:
     def adaptive_bits(self) -> bool:
         """Whether some direction's width is chosen every epoch (``bits`` or ``grad_bits`` is ``"adaptive"``)."""
         return bool(self._slots.adaptive_directions)
+
+    def observe_progress(self, value: float) -> None:
+        """The latest value of ``bit_monitor`` on this rank (after a validation): the next epoch's decision agrees
+        its mean over the ranks and opens the byte budget once it has stopped improving (nothing without a
+        ``bit_monitor``)."""
+        if self.bit_monitor is not None:
+            self._slots.observe(value)
+
+    @property
+    def bit_budget_open(self) -> bool:
+        """Whether the adaptive widths may spend ``bit_budget`` now (always, without a ``bit_monitor``)."""
+        return self.bit_monitor is None or self._slots.plateau.open
 
     def widths(self) -> list[dict[str, int]]:
         """Per training slot, the width each adaptive direction (``"fwd"``, ``"bwd"``) sends at in this epoch."""

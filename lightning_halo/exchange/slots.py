@@ -31,7 +31,16 @@ from torch import Tensor
 from lightning_halo.exchange.plan import Direction
 from lightning_halo.exchange.policy import Mode
 from lightning_halo.exchange.wire import HaloExchangeError, Pending, PendingMax, Wire
-from lightning_halo.quant.allocate import GroupSignal, choose_widths, is_adaptive, output_variance, signal_terms
+from lightning_halo.quant.allocate import (
+    GroupSignal,
+    MonitorMode,
+    Plateau,
+    choose_widths,
+    is_adaptive,
+    output_variance,
+    plateau_step,
+    signal_terms,
+)
 
 #: A slot's bit width as the exchanger gives it: a number, or ``"adaptive"`` (the slot's agreed width).
 Bits = Union[int, str]
@@ -104,6 +113,10 @@ class SlotTable:
         self.bit_target = 0.0
         self.adaptive_directions: tuple[str, ...] = ()
         self._widths_epoch = -1
+        # the budget opens when a monitored metric stops improving (``None``: open from the first decision)
+        self._plateau_rule: Optional[tuple[MonitorMode, int]] = None
+        self.plateau = Plateau()
+        self._progress: Optional[float] = None  # this rank's last validation value, agreed at the next decision
         self._signal_device = torch.device("cpu")  # where the rows were measured (the all-reduce's device)
 
     def set_widths(
@@ -114,6 +127,32 @@ class SlotTable:
         :func:`~lightning_halo.quant.allocate.check_bit_choices`; ``target=0``: widen while the budget allows)."""
         self.bit_choices, self.bit_budget, self.bit_target = tuple(choices), float(budget), float(target)
         self.adaptive_directions = tuple(d for d in DIRECTIONS if d in directions)
+
+    def set_plateau(self, mode: Optional[MonitorMode], patience: int = 1) -> None:
+        """Open the byte budget only once a monitored metric plateaus (``mode=None``: from the first decision;
+        checked by the exchanger, :func:`~lightning_halo.quant.allocate.check_bit_monitor`)."""
+        self._plateau_rule = None if mode is None else (mode, int(patience))
+
+    def observe(self, value: float) -> None:
+        """This rank's latest value of the monitored metric: agreed (the mean over the ranks) at the next
+        :meth:`decide_widths`, which steps the plateau (:func:`~lightning_halo.quant.allocate.plateau_step`)."""
+        self._progress = float(value)
+
+    def plateau_state(self) -> dict[str, Any]:
+        """The plateau and the value not yet agreed, for a checkpoint (:meth:`restore_plateau`)."""
+        p = self.plateau
+        return {"best": p.best, "stale": p.stale, "open": p.open, "pending": self._progress}
+
+    def restore_plateau(self, state: dict[str, Any]) -> None:
+        best, pending = state.get("best"), state.get("pending")
+        self.plateau = Plateau(None if best is None else float(best), int(state.get("stale", 0)), bool(state.get("open", False)))
+        self._progress = None if pending is None else float(pending)
+
+    @property
+    def budget_now(self) -> float:
+        """The budget the next decision spends: ``bit_budget``, or ``1`` (the narrowest widths) while a monitored
+        metric still improves."""
+        return self.bit_budget if self._plateau_rule is None or self.plateau.open else 1.0
 
     def width(self, slot: Optional[Slot], direction: str, bits: Bits) -> int:
         """The width a slot's ``direction`` sends at: ``bits``, or where that is ``"adaptive"`` the slot's agreed
@@ -150,8 +189,15 @@ class SlotTable:
         zero = torch.zeros(3, dtype=torch.float64, device=device)
         local = torch.stack([torch.stack([s.signal.get(d, zero).to(device) for d in dirs]) for s in self.slots])
         reach = torch.tensor([s.reach for s in self.slots], dtype=torch.float64, device=device)
-        agreed = self.wire.all_sum(torch.cat([local.reshape(-1), reach.reshape(-1)]), "bits").cpu()
-        signals, reaches = agreed[: local.numel()].view(local.shape), agreed[local.numel() :].view(-1, 2)
+        # the monitored metric's value and whether this rank has one, summed with the rest: its mean over the ranks
+        seen = self._progress is not None
+        progress = torch.tensor([self._progress if seen else 0.0, float(seen)], dtype=torch.float64, device=device)
+        self._progress = None
+        agreed = self.wire.all_sum(torch.cat([local.reshape(-1), reach.reshape(-1), progress]), "bits").cpu()
+        signals, reaches = agreed[: local.numel()].view(local.shape), agreed[local.numel() : -2].view(-1, 2)
+        total, count = agreed[-2:].tolist()
+        if self._plateau_rule is not None and count > 0:
+            self.plateau = plateau_step(self.plateau, total / count, *self._plateau_rule)
         groups, where = [], []
         for i, s in enumerate(self.slots):
             w, outputs = reaches[i].tolist()
@@ -163,7 +209,7 @@ class SlotTable:
                     groups.append(GroupSignal(r, e, int(round(n)), s.d, size, weight))
                     where.append((s, d))
             s.signal = {}
-        for (s, d), g, b in zip(where, groups, choose_widths(groups, self.bit_choices, self.bit_budget, self.bit_target)):
+        for (s, d), g, b in zip(where, groups, choose_widths(groups, self.bit_choices, self.budget_now, self.bit_target)):
             s.widths[d], s.noise[d] = b, output_variance(g, b)
 
     def widths(self) -> list[dict[str, int]]:

@@ -86,6 +86,7 @@ class ExchangeState:
         return {
             "generator": self.train_generator.get_state(),
             "slots": self.slots.state_dict(),
+            "plateau": self.slots.plateau_state(),
             "meter_total": dict(self.meter.total),
             "meter_total_fp32": dict(self.meter.total_fp32),
             "rank": None if plan is None else plan.rank,
@@ -117,3 +118,4 @@ class ExchangeState:
             if direction != "in":
                 self.added(direction, built)
         self.slots.load_state_dict(state["slots"], plan.send_index.device)
+        self.slots.restore_plateau(state.get("plateau", {}))

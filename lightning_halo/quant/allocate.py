@@ -21,6 +21,12 @@ stay within ``budget`` times the bytes at the narrowest width. The bytes of a gr
 inputs give the same widths, so ranks that agree on the inputs (one all-reduce) agree on the
 widths. Wire time is proportional to bytes on one wire, so bytes rank the upgrades as time would.
 
+*When* to spend the budget is a second question. With a monitored validation metric, every group
+stays at the narrowest width while the metric improves, and the budget opens for the rest of the
+run once ``patience`` checks in a row fail to improve it (:func:`plateau_step`, the rule of
+``ReduceLROnPlateau``): the rounding noise of the narrowest width matters once it, rather than the
+optimisation, limits progress, and where the narrowest width suffices nothing more is spent.
+
 Example:
     >>> noisy, quiet = GroupSignal(r=400.0, e=100.0, n=10, d=16), GroupSignal(r=1.0, e=100.0, n=10, d=16)
     >>> choose_widths([noisy, quiet], (1, 2, 4, 8), budget=1.5)  # 1.5x the bytes of both at 1 bit
@@ -32,7 +38,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence, get_args
 
 import torch
 from torch import Tensor
@@ -49,6 +55,10 @@ BIT_BUDGET = 2.0
 BIT_TARGET = 0.0
 #: The value of ``bits``/``grad_bits`` that asks for adaptive widths.
 ADAPTIVE = "adaptive"
+#: Whether a larger (``"max"``, an accuracy) or a smaller (``"min"``, a loss) value of ``bit_monitor`` is better.
+MonitorMode = Literal["min", "max"]
+#: Validation checks without improvement of ``bit_monitor`` before the budget opens (:func:`plateau_step`).
+BIT_PATIENCE = 3
 
 
 @dataclass(frozen=True)
@@ -232,6 +242,59 @@ def check_bit_target(target: float) -> float:
     return float(target)
 
 
+def check_bit_monitor(monitor: Optional[str], mode: str, patience: int) -> tuple[Optional[str], MonitorMode, int]:
+    """``bit_monitor`` (``None``, or the name of a logged metric), its ``bit_mode`` and ``bit_patience`` (an int ``>= 1``).
+
+    Example:
+        >>> check_bit_monitor("val_acc", "up", 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: bit_mode='up' must be 'min' (a smaller bit_monitor is better, e.g. a loss) or 'max' (e.g. an accuracy).
+    """
+    if monitor is not None and (not isinstance(monitor, str) or not monitor):
+        raise ValueError(f"bit_monitor={monitor!r} must be the name of a metric the module logs (e.g. 'val_acc') or None.")
+    if mode not in get_args(MonitorMode):
+        raise ValueError(f"bit_mode={mode!r} must be 'min' (a smaller bit_monitor is better, e.g. a loss) or 'max' "
+                         "(e.g. an accuracy).")  # fmt: skip
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise ValueError(f"bit_patience={patience!r} must be an int >= 1: the validation checks without improvement "
+                         f"of bit_monitor before the byte budget opens, e.g. bit_patience={BIT_PATIENCE}.")  # fmt: skip
+    return monitor, mode, patience  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Where a monitored metric stands (:func:`plateau_step`): its best value, the checks since it last improved,
+    and whether the byte budget is open (for the rest of the run)."""
+
+    best: Optional[float] = None
+    stale: int = 0
+    open: bool = False
+
+
+def plateau_step(state: Plateau, value: float, mode: MonitorMode, patience: int) -> Plateau:
+    """The plateau after one more validation value: the budget opens once ``patience`` checks in a row fail to
+    improve on the best (strictly), and stays open.
+
+    Example:
+        >>> s = Plateau()
+        >>> for v in (0.5, 0.6, 0.6, 0.59):
+        ...     s = plateau_step(s, v, "max", 2)
+        >>> s
+        Plateau(best=0.6, stale=2, open=True)
+    """
+    if state.open:
+        return state
+    if value != value:  # NaN: no progress
+        better = False
+    else:
+        better = state.best is None or (value > state.best if mode == "max" else value < state.best)
+    if better:
+        return Plateau(value, 0, False)
+    stale = state.stale + 1
+    return Plateau(state.best, stale, stale >= patience)
+
+
 def choose_widths(
     groups: Sequence[GroupSignal], choices: Sequence[int], budget: float, target: float = 0.0
 ) -> list[int]:
@@ -282,10 +345,14 @@ __all__ = [
     "ADAPTIVE",
     "BIT_BUDGET",
     "BIT_CHOICES",
+    "BIT_PATIENCE",
     "BIT_TARGET",
+    "MonitorMode",
+    "Plateau",
     "GroupSignal",
     "check_bit_budget",
     "check_bit_choices",
+    "check_bit_monitor",
     "check_bit_target",
     "check_width",
     "choose_widths",
@@ -293,6 +360,7 @@ __all__ = [
     "halo_reach",
     "is_adaptive",
     "output_variance",
+    "plateau_step",
     "relative_variance",
     "signal_of",
     "signal_terms",

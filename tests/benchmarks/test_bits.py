@@ -72,10 +72,16 @@ def test_judge_applies_the_three_targets() -> None:
 
 
 def test_render_names_every_method_and_verdict() -> None:
-    rows = {"b32-sync": _row(0.8, 3200, 5.0), "b1-sync": _row(0.79, 100, math.inf), ADAPTIVE: _row(0.8, 150, 4.0)}
-    text = render({"g/gcn": {"target": 0.8, "rows": rows, "judge": judge(rows), "adaptive_widths": {1: 0.5, 2: 0.5}}})
+    plateau = "badaptive-plateau-sync"
+    rows = {"b32-sync": _row(0.8, 3200, 5.0), "b1-sync": _row(0.79, 100, math.inf), ADAPTIVE: _row(0.8, 150, 4.0),
+            plateau: _row(0.79, 110, 6.0)}  # fmt: skip
+    judged = {ADAPTIVE: judge(rows), plateau: judge(rows, plateau)}
+    widths = {ADAPTIVE: {1: 0.5, 2: 0.5}, plateau: {1: 0.9, 2: 0.1}}
+    text = render({"g/gcn": {"target": 0.8, "rows": rows, "judge": judged, "adaptive_widths": widths}})
     assert "| g/gcn | 32-bit |" in text and "| g/gcn | 1-bit |" in text and "never; 1/1" in text
-    assert "1-bit 50 %, 2-bit 50 %" in text and "yes (+0.00 pp)" in text and "yes (1.50x)" in text
+    assert "| g/gcn | adaptive (1/2/4/8, budget 2x) | yes (+0.00 pp) | yes (1.50x) | yes | 1-bit 50 %, 2-bit 50 % |" in text
+    assert ("| g/gcn | adaptive, budget on a plateau (patience 5) | **no** (-1.00 pp) | yes (1.10x) | **no** | "
+            "1-bit 90 %, 2-bit 10 % |") in text, text
 
 
 def test_noise_points_take_the_largest_exchange_at_the_first_middle_and_last_measured_epoch() -> None:

@@ -20,16 +20,21 @@ WORLD_SIZE = min(2, max_ranks())  # 2 ranks on CPU; on a machine with one GPU, w
 @pytest.mark.multiprocess
 @pytest.mark.device
 @pytest.mark.parametrize(("model", "bits", "modes"), [("gcn", "1", MODES), ("appnp", "1", MODES),
-                                                      ("gcn", "adaptive", ["pipelined:2", "adaptive:0.75"])],
-                         ids=["gcn", "appnp", "gcn-adaptive-bits"])  # fmt: skip
+                                                      ("gcn", "adaptive", ["pipelined:2", "adaptive:0.75"]),
+                                                      ("gcn", "adaptive:val_acc:min:2", ["sync"])],
+                         ids=["gcn", "appnp", "gcn-adaptive-bits", "gcn-adaptive-bits-plateau"])  # fmt: skip
 def test_resume_is_bitwise_exact(model: str, bits: str, modes: list[str], tmp_path) -> None:
     """APPNP exchanges its halo before each of its 10 propagation steps: one slot per step. With ``bits="adaptive"``
-    the resumed run chooses the widths the uninterrupted one chose (the measured signals are checkpointed)."""
+    the resumed run chooses the widths the uninterrupted one chose (the measured signals are checkpointed). With a
+    ``bit_monitor`` (``val_acc`` with mode ``min`` and patience 2: a rising accuracy is a plateau from the second
+    value) the budget opens at epoch 3, the resumed run's first: from the value the checkpoint of epoch 2 holds."""
+    bits, *monitor = bits.split(":", 1)
     for phase in ("full", "first", "second"):
         check(
             run_workers(
                 ["tests/workers/resume_worker.py", "--out", str(tmp_path), "--phase", phase, "--modes", *modes,
-                 "--model", model, *(["--bits", bits] if bits != "1" else [])],
+                 "--model", model, *(["--bits", bits] if bits != "1" else []),
+                 *(["--bit-monitor", monitor[0]] if monitor else [])],
                 WORLD_SIZE,
                 timeout=600,
             )
@@ -58,3 +63,6 @@ def test_resume_is_bitwise_exact(model: str, bits: str, modes: list[str], tmp_pa
                 resumed_w = torch.load(tmp_path / "second" / model / tag / f"widths{rank}.pt")
                 assert resumed_w and resumed_w == {e: w for e, w in full_w.items() if e in resumed_w}
                 assert len({b for w in full_w.values() for per in w.values() for b in per.values()}) > 1, full_w
+                if monitor:  # the narrowest widths until the plateau, the budget after: opened by the checkpoint's value
+                    narrow = {e for e, w in full_w.items() if all(b == 1 for per in w.values() for b in per.values())}
+                    assert narrow == {0, 1, 2}, full_w

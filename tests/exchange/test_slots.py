@@ -273,10 +273,12 @@ def _width_rows(rank: int, slot: int, epoch: int, jump: bool) -> torch.Tensor:
     return 5.0 + 0.01 * noise if slot == 0 else noise
 
 
-def _width_epochs(epochs: int, jump: bool = False, budget: float = 1.93):
+def _width_epochs(epochs: int, jump: bool = False, budget: float = 1.93, progress=None, patience: int = 2):
     def rank_fn(rank, wire):
         table, g = SlotTable(wire), torch.Generator().manual_seed(rank)
         table.set_widths((1, 2, 4, 8), budget, ("fwd", "bwd"))
+        if progress is not None:  # a monitored metric: this rank's value after epoch e is progress(rank, e)
+            table.set_plateau("max", patience)
         seen = []
         for epoch in range(epochs):
             wire.meter.reset_epoch()
@@ -287,6 +289,8 @@ def _width_epochs(epochs: int, jump: bool = False, budget: float = 1.93):
                 table.forward(slot, send, "sync", "adaptive", _counts(rank), epoch, g)
                 table.backward(slot, name, 1e-6 * send, "sync", "adaptive", _counts(rank), epoch, g)
             seen.append((table.widths(), dict(wire.meter.epoch)))
+            if progress is not None:
+                table.observe(progress(rank, epoch))
         return seen, table
 
     return on_wires(2, rank_fn)
@@ -311,9 +315,9 @@ def test_adaptive_bytes_are_exactly_the_chosen_widths_within_the_budget() -> Non
                     assert counts[(name, d)] == N * row_nbytes(WD, widths[k][d]), (rank, epoch, name, d)
             train = sum(v for (_, d), v in counts.items() if d in ("fwd", "bwd"))
             assert train <= 1.93 * 4 * N * row_nbytes(WD, 1)
-            # one all-reduce per decided epoch, counted as aux traffic: [slots, directions, 3] signals and [slots, 2]
-            # reaches, float64
-            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else (2 * 2 * 3 + 2 * 2) * 8)
+            # one all-reduce per decided epoch, counted as aux traffic: [slots, directions, 3] signals, [slots, 2]
+            # reaches and the monitored metric's [sum, count], float64
+            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else (2 * 2 * 3 + 2 * 2 + 2) * 8)
 
 
 def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
@@ -322,6 +326,40 @@ def test_one_ranks_signal_moves_every_ranks_widths_the_same_way() -> None:
     assert [w for w, _ in moved0] == [w for w, _ in moved1]
     assert [w for w, _ in moved0[:4]] == [w for w, _ in still[:4]], "the same until the change is measured"
     assert moved0[4][0][0]["fwd"] > still[4][0][0]["fwd"], "rank 1's spread rows of epoch 3 widen slot 0 on both ranks"
+
+
+def test_the_budget_opens_when_the_agreed_metric_plateaus() -> None:
+    # the ranks' values differ (rank 0 stalls after epoch 1, rank 1 after epoch 2): their mean decides, so both
+    # ranks take the same step. Means after epochs 0-4: 0.1, 0.2, 0.25, 0.25, 0.25; epoch e's decision reads the
+    # value after epoch e - 1, so epochs 4 and 5 see no improvement and, with patience 2, the budget opens at 5
+    values = {0: [0.2, 0.3, 0.3, 0.3, 0.3, 0.3], 1: [0.0, 0.1, 0.2, 0.2, 0.2, 0.2]}
+    (seen0, t0), (seen1, t1) = _width_epochs(7, progress=lambda rank, e: values[rank][min(e, 5)])
+    assert [w for w, _ in seen0] == [w for w, _ in seen1], "every rank takes the same widths"
+    narrow = [{"fwd": 1, "bwd": 1}, {"fwd": 1, "bwd": 1}]
+    assert all(w == narrow for w, _ in seen0[:5]), [w for w, _ in seen0]
+    (free, _), _ = _width_epochs(7)  # no monitor: the budget is open from the first decision
+    assert seen0[5][0] == free[5][0] != narrow and seen0[6][0] == free[6][0]
+    assert t0.plateau == t1.plateau and t0.plateau.open and t0.plateau.best == 0.25 and t0.budget_now == 1.93
+
+
+def test_a_monitor_that_keeps_improving_keeps_the_narrowest_widths_and_their_bytes() -> None:
+    from lightning_halo.quant import row_nbytes
+
+    (seen, table), _ = _width_epochs(5, progress=lambda rank, e: e + rank)
+    assert not table.plateau.open and table.budget_now == 1.0
+    for widths, counts in seen:
+        assert widths == [{"fwd": 1, "bwd": 1}, {"fwd": 1, "bwd": 1}]
+        assert all(counts[(name, d)] == N * row_nbytes(WD, 1) for name in ("conv1", "conv2") for d in ("fwd", "bwd"))
+
+
+def test_the_plateau_and_the_value_not_yet_agreed_round_trip() -> None:
+    (_, table0), _ = _width_epochs(4, progress=lambda rank, e: [0.5, 0.4, 0.4, 0.4][e], patience=5)
+    state = table0.plateau_state()
+    assert state == {"best": 0.5, "stale": 2, "open": False, "pending": 0.4}
+    restored = SlotTable(wire=None)  # type: ignore[arg-type]
+    restored.set_plateau("max", 5)
+    restored.restore_plateau(state)
+    assert restored.plateau == table0.plateau and restored.plateau_state() == state
 
 
 def test_adaptive_width_state_round_trips() -> None:

@@ -72,9 +72,9 @@ def test_each_exchange_is_the_codec_at_the_agreed_width_and_bytes_are_exact(tmp_
                     layer = list(widths[epoch])[slot]
                     want = sent.size(0) * row_nbytes(sent.size(1), widths[epoch][layer][direction], sent.dtype)
                     assert counts[(layer, direction)] == want, (q, epoch, layer, direction)
-            # the agreement: one all-reduce of [slots, directions, 3] signals and [slots, 2] reaches, float64, per
-            # epoch after the first
-            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else len(widths[0]) * (2 * 3 + 2) * 8)
+            # the agreement: one all-reduce of [slots, directions, 3] signals, [slots, 2] reaches and the monitored
+            # metric's [sum, count], float64, per epoch after the first
+            assert counts.get(("bits", "aux"), 0) == (0 if epoch == 0 else (len(widths[0]) * (2 * 3 + 2) + 2) * 8)
     assert checked == 2 * EPOCHS * 2 * 2
     logged = recs[0]["logged"]
     for layer, per in widths[-1].items():
@@ -109,6 +109,10 @@ def test_adaptive_bits_with_partial_sums_and_adaptive_staleness_on_three_ranks(t
         (dict(bits=2, bit_target=0.05), r"bit_target=0.05 applies to bits='adaptive'"),
         (dict(bits=1, bit_budget=3.0), r"bit_budget=3.0 applies to bits='adaptive' \(or grad_bits='adaptive'\) only"),
         (dict(bits=4, bit_choices=(1, 2)), r"bit_choices=\(1, 2\) applies to bits='adaptive'"),
+        (dict(bits=1, bit_monitor="val_acc"), r"bit_monitor='val_acc' applies to bits='adaptive'"),
+        (dict(bits="adaptive", bit_monitor=""), r"bit_monitor='' must be the name of a metric the module logs"),
+        (dict(bits="adaptive", bit_monitor="val_acc", bit_mode="up"), r"bit_mode='up' must be 'min' .* or 'max'"),
+        (dict(bits="adaptive", bit_monitor="val_acc", bit_patience=0), r"bit_patience=0 must be an int >= 1"),
     ],
 )  # fmt: skip
 def test_bad_adaptive_options_are_refused_with_the_fix(kwargs: dict, match: str) -> None:

@@ -17,10 +17,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.support.device import ACCELERATOR, ON_CUDA
 from tests.support.exit import shutdown
 from tests.support.lightning_models import MODELS
-from lightning_halo import HaloDataModule, HaloQuantStrategy
 from tests.workers.parity_worker import _schedule
 
 HALF, TOTAL = 3, 6
@@ -43,6 +43,13 @@ class Decisions(L.Callback):
             self.drifts[trainer.current_epoch] = [v for _, v in trainer.strategy.halo_decisions().values()]
 
 
+def _monitor(spec: str | None) -> dict:
+    if spec is None:
+        return {}
+    metric, mode, patience = spec.split(":")
+    return {"bit_monitor": metric, "bit_mode": mode, "bit_patience": int(patience)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -50,6 +57,7 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", required=True)
     parser.add_argument("--bits", type=lambda v: v if v == "adaptive" else int(v), default=1, help="N or adaptive")
     parser.add_argument("--model", choices=sorted(MODELS), default="gcn")
+    parser.add_argument("--bit-monitor", default=None, help="METRIC:MODE:PATIENCE (bits='adaptive' widens on a plateau)")
     args = parser.parse_args()
     world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     warnings.filterwarnings("ignore")
@@ -62,7 +70,7 @@ def main() -> None:
         model = MODELS[args.model](dm.num_features, 32, dm.num_classes)
         decisions = Decisions()
         trainer = L.Trainer(
-            strategy=HaloQuantStrategy(bits=args.bits, seed=1),
+            strategy=HaloQuantStrategy(bits=args.bits, seed=1, **_monitor(args.bit_monitor)),
             accelerator=ACCELERATOR,
             devices=world_size,
             deterministic=ON_CUDA or None,  # CUDA's scatter-add is atomic: order varies run to run
