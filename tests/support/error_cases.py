@@ -245,6 +245,8 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("drift_threshold outside adaptive mode", lambda: HaloSchedule(mode="pipelined", drift_threshold=0.1), "applies to mode='adaptive' only"),
         ("wait_threshold outside adaptive mode", lambda: HaloSchedule(mode="pipelined", wait_threshold=0.1), "wait_threshold applies to mode='adaptive' only"),
         ("bit_target below 0", lambda: HaloQuantStrategy(bits="adaptive", bit_target=-0.1), "bit_target=-0.1 is below 0"),
+        ("bit_mode neither min nor max", lambda: HaloQuantStrategy(bits="adaptive", bit_monitor="val_acc", bit_mode="up"),
+         "bit_mode='up' must be 'min'"),  # fmt: skip
         ("NaN in halo rows", lambda: quantize(torch.tensor([[0.0, float("nan")]]), 1, where="halo fwd rows of layer 'conv2' on rank 1"),
          "halo fwd rows of layer 'conv2' on rank 1"),  # fmt: skip
         ("partition directory: a part file is missing", _in_scratch(lambda: _damaged_partition_dir("missing")),
