@@ -407,11 +407,6 @@ class HaloExchanger:
         if self.bit_monitor is not None:
             self._slots.observe(value)
 
-    @property
-    def bit_budget_open(self) -> bool:
-        """Whether the adaptive widths may spend ``bit_budget`` now (always, without a ``bit_monitor``)."""
-        return self.bit_monitor is None or self._slots.plateau.open
-
     def widths(self) -> list[dict[str, int]]:
         """Per training slot, the width each adaptive direction (``"fwd"``, ``"bwd"``) sends at in this epoch."""
         return self._slots.widths()
