@@ -28,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "hetero_accuracy.json"
 
 
+def run_name(dataset: str, config: str) -> str:
+    """A run's file and checkpoint name: the dataset is in it, so one work dir holds every dataset's runs."""
+    return f"{dataset}_{config.replace(':', '_')}"
+
+
 def rank_main(out: Path, dataset: str, configs: list[str], epochs: int, lr: float = 0.01, dropout: float = 0.5) -> None:
     """One rank: every ``<conv>:<bits>:<seed>`` config on ``dataset``, one after the other."""
     import lightning as L
@@ -46,7 +51,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int, lr: floa
         dm = HaloDataModule(graph, cache_dir=os.environ.get("LIGHTNING_HALO_CACHE"))
         model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
                                      hidden_channels=64, conv=conv, lr=lr, dropout=dropout)  # type: ignore[arg-type]  # fmt: skip
-        best = ModelCheckpoint(dirpath=out / "ckpt" / config.replace(":", "_"), monitor="val_acc", mode="max")
+        best = ModelCheckpoint(dirpath=out / "ckpt" / run_name(dataset, config), monitor="val_acc", mode="max")
         strategy = HaloQuantStrategy(bits=int(bits), seed=int(seed), find_unused_parameters=conv in ("hgt", "han"))
         trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=world_size,
                             max_epochs=epochs, num_sanity_val_steps=0, enable_progress_bar=False,
@@ -60,7 +65,7 @@ def rank_main(out: Path, dataset: str, configs: list[str], epochs: int, lr: floa
                    "dropout": dropout,
                    "best_val_acc": float(best.best_model_score), "test_acc": float(test["test_acc"]),
                    "bytes_per_epoch": per_epoch}  # fmt: skip
-            (out / f"{config.replace(':', '_')}.json").write_text(json.dumps(row))
+            (out / f"{run_name(dataset, config)}.json").write_text(json.dumps(row))
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             args = [str(Path(__file__).resolve()), "rank", "--out", str(work), "--dataset", dataset,
                     "--epochs", str(a.epochs), "--lr", str(a.lr), "--dropout", str(a.dropout), "--configs", *configs]  # fmt: skip
             check(run_workers(args, a.devices, timeout=7200, env=env))
-            rows += [json.loads((work / f"{c.replace(':', '_')}.json").read_text()) for c in configs]
+            rows += [json.loads((work / f"{run_name(dataset, c)}.json").read_text()) for c in configs]
             print(json.dumps(summarise([r for r in rows if r["dataset"] == dataset]), indent=1), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.merge and a.out.is_file():  # the runs this one did replace theirs, every other stored run stays
