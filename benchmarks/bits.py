@@ -53,7 +53,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "b32-sync": ("32-bit", "32"),
     "b1-sync": ("1-bit", "1"),
     "badaptive-sync": ("adaptive (1/2/4/8, budget 2x)", "adaptive"),
-    "badaptive-plateau-sync": ("adaptive, budget on a plateau (patience 5)", "adaptive"),
+    "badaptive-plateau-sync": ("adaptive, budget on trial after a plateau (patience 5)", "adaptive"),
     "b2-sync": ("2-bit", "2"),
     "b4-sync": ("4-bit", "4"),
     "b8-sync": ("8-bit", "8"),

@@ -166,13 +166,14 @@ class HaloQuantStrategy(DDPStrategy):
             share of their energy, before its width is raised (``0``: no target, widen while ``bit_budget``
             allows; by default ``BIT_TARGET``, ``0``).
         bit_monitor (str, optional): the name of a validation metric the module logs (e.g. ``"val_acc"``):
-            adaptive widths stay at the narrowest choice while it improves, and ``bit_budget`` opens for the rest
-            of the run once ``bit_patience`` validations in a row fail to improve it (its mean over the ranks,
-            agreed in the widths' all-reduce). ``None``: the budget is open from the first decision.
-            (default: ``None``)
+            adaptive widths stay at the narrowest choice while it improves. Once ``bit_patience`` validations in
+            a row fail to improve it (its mean over the ranks, agreed in the widths' all-reduce), ``bit_budget``
+            opens on trial: kept for the rest of the run if the metric beats its best within ``bit_patience``
+            more validations, else given back (the narrowest choice for the rest of the run). ``None``: the
+            budget is open from the first decision. (default: ``None``)
         bit_mode (str, optional): ``"max"`` (an accuracy) or ``"min"`` (a loss). (default: ``"max"``)
-        bit_patience (int, optional): validations without improvement before the budget opens (by default
-            ``BIT_PATIENCE``, ``3``).
+        bit_patience (int, optional): validations without improvement before the budget opens on trial, and on
+            trial before it is given back (by default ``BIT_PATIENCE``, ``3``).
         scale_loss (str, optional): what the loss is: ``"train_mean"`` (a mean over the
             partition's train nodes; multiplied by :math:`P\,n_r/N_{train}`), ``"share"``
             (this rank's share of the global objective: the ranks' losses sum to it, e.g.
@@ -493,7 +494,7 @@ class HaloQuantStrategy(DDPStrategy):
                 target = f", output noise target {ex.bit_target:g}" if ex.bit_target else ""
                 if ex.bit_monitor is not None:
                     target += (f"; at {ex.bit_choices[0]} bit until {ex.bit_monitor} ({ex.bit_mode}) stops improving "
-                               f"for {ex.bit_patience} validations")  # fmt: skip
+                               f"for {ex.bit_patience} validations, then the budget on trial")  # fmt: skip
                 widths += (f" (widths of {ex.bit_choices} agreed every epoch, within {ex.bit_budget:g}x their "
                            f"narrowest bytes{target})")  # fmt: skip
             rank_zero_info(f"lightning-halo: training halos at {widths} ({what})")

@@ -97,10 +97,12 @@ class HaloExchanger:
         bit_target (float): the noise adaptive directions may add to a layer's outputs, relative to their
             energy, before a width is raised (``0``: widen while ``bit_budget`` allows). (default: ``0``)
         bit_monitor (str, optional): a validation metric (its values reach :meth:`observe_progress`): adaptive
-            directions stay at the narrowest choice until it plateaus, then ``bit_budget`` opens. (default: ``None``:
+            directions stay at the narrowest choice until it plateaus, then ``bit_budget`` opens on trial
+            (:func:`~lightning_halo.quant.allocate.plateau_step`). (default: ``None``:
             the budget is open from the first decision)
         bit_mode (str): ``"max"`` or ``"min"``: which way ``bit_monitor`` improves. (default: ``"max"``)
-        bit_patience (int): checks without improvement before the budget opens. (default: ``3``)
+        bit_patience (int): checks without improvement before the budget opens on trial, and on trial before it
+            closes again. (default: ``3``)
         seed (int): seed of the per-rank stochastic-rounding generator. (default: ``0``)
         check_finite (bool): raise on NaN/Inf in halo rows. (default: ``True``)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, get_args
 
 import torch
 from torch import Tensor
@@ -35,6 +35,7 @@ from lightning_halo.quant.allocate import (
     GroupSignal,
     MonitorMode,
     Plateau,
+    PlateauPhase,
     choose_widths,
     is_adaptive,
     output_variance,
@@ -141,18 +142,34 @@ class SlotTable:
     def plateau_state(self) -> dict[str, Any]:
         """The plateau and the value not yet agreed, for a checkpoint (:meth:`restore_plateau`)."""
         p = self.plateau
-        return {"best": p.best, "stale": p.stale, "open": p.open, "pending": self._progress}
+        return {"best": p.best, "stale": p.stale, "phase": p.phase, "pending": self._progress}
 
     def restore_plateau(self, state: dict[str, Any]) -> None:
         best, pending = state.get("best"), state.get("pending")
-        self.plateau = Plateau(None if best is None else float(best), int(state.get("stale", 0)), bool(state.get("open", False)))
+        # checkpoints from before the trial rule hold "open": a budget that opened stayed open
+        phase = state.get("phase", "open" if state.get("open") else "narrow")
+        if phase not in get_args(PlateauPhase):
+            raise ValueError(f"the checkpoint's bit plateau phase {phase!r} is not one of {get_args(PlateauPhase)}; "
+                             "the checkpoint is damaged or from a newer lightning-halo")  # fmt: skip
+        self.plateau = Plateau(None if best is None else float(best), int(state.get("stale", 0)), phase)
         self._progress = None if pending is None else float(pending)
 
     @property
     def budget_now(self) -> float:
         """The budget the next decision spends: ``bit_budget``, or ``1`` (the narrowest widths) while a monitored
-        metric still improves."""
+        metric still improves or after a trial of the budget failed to improve it."""
         return self.bit_budget if self._plateau_rule is None or self.plateau.open else 1.0
+
+    @property
+    def measuring(self) -> bool:
+        """Whether this epoch's sent rows and gradients are measured for the next decision: always, except under
+        a monitored metric whose next value cannot open the budget (narrow, with more than one check of patience
+        left) or once a trial gave the budget back (:func:`~lightning_halo.quant.allocate.plateau_step`). A
+        decision at the narrowest widths needs no signal, so those epochs cost what a fixed width costs."""
+        if self._plateau_rule is None:
+            return True
+        p, patience = self.plateau, self._plateau_rule[1]
+        return p.open or (p.phase == "narrow" and p.stale >= patience - 1)
 
     def width(self, slot: Optional[Slot], direction: str, bits: Bits) -> int:
         """The width a slot's ``direction`` sends at: ``bits``, or where that is ``"adaptive"`` the slot's agreed
@@ -185,6 +202,10 @@ class SlotTable:
             return
         self._widths_epoch = epoch
         dirs = self.adaptive_directions
+        if self.plateau.phase == "closed":  # agreed on every rank: nothing left to decide, no all-reduce
+            for s in self.slots:
+                s.noise = {}  # nothing measured since: no noise to report
+            return
         device = self._signal_device  # NCCL reduces device tensors only
         zero = torch.zeros(3, dtype=torch.float64, device=device)
         local = torch.stack([torch.stack([s.signal.get(d, zero).to(device) for d in dirs]) for s in self.slots])
@@ -209,6 +230,12 @@ class SlotTable:
                     groups.append(GroupSignal(r, e, int(round(n)), s.d, size, weight))
                     where.append((s, d))
             s.signal = {}
+        if self._plateau_rule is not None and not self.plateau.open:
+            # the narrowest widths everywhere, also where nothing was measured (a closing trial's wide widths);
+            # no noise is reported where nothing was measured
+            for s in self.slots:
+                s.widths.update({d: self.bit_choices[0] for d in dirs})
+                s.noise = {}
         for (s, d), g, b in zip(where, groups, choose_widths(groups, self.bit_choices, self.budget_now, self.bit_target)):
             s.widths[d], s.noise[d] = b, output_variance(g, b)
 
@@ -377,6 +404,7 @@ class SlotTable:
         d, dtype = int(rows.size(1)), rows.dtype
         if index == len(self.slots):
             self.slots.append(Slot(layer, direction, d, dtype, partial=partial))
+            self._signal_device = rows.device  # also where no signal is measured yet (a narrow plateau)
         slot = self.slots[index]
         if reach is not None:
             slot.reach = reach
@@ -414,7 +442,8 @@ class SlotTable:
         if mode == "periodic" and slot.halo is not None:
             return slot.halo.clone()
         if is_adaptive(bits):  # what is sent now (a periodic epoch sends nothing)
-            self._measure_width(slot, send, "fwd")
+            if self.measuring:
+                self._measure_width(slot, send, "fwd")
             bits = self.width(slot, "fwd", bits)
         if mode == "pipelined" and (slot.halo is not None or slot.fwd_pending is not None):
             if slot.fwd_pending is not None:
@@ -447,7 +476,7 @@ class SlotTable:
             self._land_bwd(slot)
         if mode == "periodic":
             return None  # between periodic refreshes no gradient crosses partitions
-        if is_adaptive(bits) and slot is not None:
+        if is_adaptive(bits) and slot is not None and self.measuring:
             self._measure_width(slot, grad_halo, "bwd")
         bits = self.width(slot, "bwd", bits)
         if mode == "pipelined" and slot is not None:
@@ -542,6 +571,8 @@ class SlotTable:
             )
             for s in state
         ]
+        if self.slots:  # the all-reduce's device before anything is measured again
+            self._signal_device = torch.device(device)
 
 
 def group_weight(direction: str, partial: bool, n: float, w: float, outputs: float) -> float:

@@ -22,10 +22,12 @@ inputs give the same widths, so ranks that agree on the inputs (one all-reduce) 
 widths. Wire time is proportional to bytes on one wire, so bytes rank the upgrades as time would.
 
 *When* to spend the budget is a second question. With a monitored validation metric, every group
-stays at the narrowest width while the metric improves, and the budget opens for the rest of the
-run once ``patience`` checks in a row fail to improve it (:func:`plateau_step`, the rule of
-``ReduceLROnPlateau``): the rounding noise of the narrowest width matters once it, rather than the
-optimisation, limits progress, and where the narrowest width suffices nothing more is spent.
+stays at the narrowest width while the metric improves. Once ``patience`` checks in a row fail to
+improve it (the rule of ``ReduceLROnPlateau``), the budget opens on trial: if the metric beats its
+best within another ``patience`` checks, the budget stays open for the rest of the run; if not,
+the wider widths bought nothing and every group returns to the narrowest width for good
+(:func:`plateau_step`). The rounding noise of the narrowest width matters once it, rather than
+the optimisation, limits progress; where the narrowest width suffices, only the trial is spent.
 
 Example:
     >>> noisy, quiet = GroupSignal(r=400.0, e=100.0, n=10, d=16), GroupSignal(r=1.0, e=100.0, n=10, d=16)
@@ -57,7 +59,8 @@ BIT_TARGET = 0.0
 ADAPTIVE = "adaptive"
 #: Whether a larger (``"max"``, an accuracy) or a smaller (``"min"``, a loss) value of ``bit_monitor`` is better.
 MonitorMode = Literal["min", "max"]
-#: Validation checks without improvement of ``bit_monitor`` before the budget opens (:func:`plateau_step`).
+#: Validation checks without improvement of ``bit_monitor`` before the budget opens on trial, and during the trial
+#: before it closes again (:func:`plateau_step`).
 BIT_PATIENCE = 3
 
 
@@ -156,10 +159,14 @@ def signal_terms(rows: Tensor) -> Tensor:
     x = rows.detach().flatten(1)
     if x.numel() == 0:
         return torch.tensor([0.0, 0.0, float(x.size(0))], dtype=torch.float64, device=x.device)
-    lo, hi = torch.aminmax(x, dim=1)
-    r = (hi - lo).double().square().sum() * (x.size(1) / 4.0)
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    # amax and amin apart, and the energy as one dot product in the rows' dtype: on CPU about 6x faster than
+    # aminmax and a float64 copy squared (8,000 x 256 rows: 1.0 ms instead of 6.3 ms), a signal needs no more
+    r = (x.amax(1) - x.amin(1)).double().square().sum() * (x.size(1) / 4.0)
+    flat = x.reshape(-1)
     n = torch.tensor(float(x.size(0)), dtype=torch.float64, device=x.device)
-    return torch.stack([r, x.double().square().sum(), n])
+    return torch.stack([r, torch.dot(flat, flat).double(), n])
 
 
 def signal_of(rows: Tensor) -> tuple[float, float]:
@@ -262,37 +269,57 @@ def check_bit_monitor(monitor: Optional[str], mode: str, patience: int) -> tuple
     return monitor, mode, patience  # type: ignore[return-value]
 
 
+#: Where a :class:`Plateau` stands: the narrowest widths while the metric improves (``"narrow"``), the budget on
+#: trial after a plateau (``"trial"``), kept because the trial improved the metric (``"open"``), or given back
+#: because it did not (``"closed"``: the narrowest widths for the rest of the run).
+PlateauPhase = Literal["narrow", "trial", "open", "closed"]
+
+
 @dataclass(frozen=True)
 class Plateau:
     """Where a monitored metric stands (:func:`plateau_step`): its best value, the checks since it last improved,
-    and whether the byte budget is open (for the rest of the run)."""
+    and the phase of the byte budget."""
 
     best: Optional[float] = None
     stale: int = 0
-    open: bool = False
+    phase: PlateauPhase = "narrow"
+
+    @property
+    def open(self) -> bool:
+        """Whether the byte budget is spent now (on trial or kept)."""
+        return self.phase in ("trial", "open")
 
 
 def plateau_step(state: Plateau, value: float, mode: MonitorMode, patience: int) -> Plateau:
-    """The plateau after one more validation value: the budget opens once ``patience`` checks in a row fail to
-    improve on the best (strictly), and stays open.
+    """The plateau after one more validation value.
+
+    ``patience`` checks in a row that fail to improve on the best (strictly) put the budget on trial; the first
+    improvement during the trial keeps it open for the rest of the run, and ``patience`` more checks without one
+    close it for the rest of the run. A NaN never improves.
 
     Example:
         >>> s = Plateau()
         >>> for v in (0.5, 0.6, 0.6, 0.59):
         ...     s = plateau_step(s, v, "max", 2)
         >>> s
-        Plateau(best=0.6, stale=2, open=True)
+        Plateau(best=0.6, stale=0, phase='trial')
+        >>> plateau_step(plateau_step(s, 0.6, "max", 2), 0.58, "max", 2)  # the wider widths bought nothing
+        Plateau(best=0.6, stale=2, phase='closed')
+        >>> plateau_step(s, 0.61, "max", 2)  # they did
+        Plateau(best=0.61, stale=0, phase='open')
     """
-    if state.open:
+    if state.phase in ("open", "closed"):
         return state
     if value != value:  # NaN: no progress
         better = False
     else:
         better = state.best is None or (value > state.best if mode == "max" else value < state.best)
     if better:
-        return Plateau(value, 0, False)
+        return Plateau(value, 0, "open" if state.phase == "trial" else "narrow")
     stale = state.stale + 1
-    return Plateau(state.best, stale, stale >= patience)
+    if stale < patience:
+        return Plateau(state.best, stale, state.phase)
+    return Plateau(state.best, 0, "trial") if state.phase == "narrow" else Plateau(state.best, stale, "closed")
 
 
 def choose_widths(
@@ -349,6 +376,7 @@ __all__ = [
     "BIT_TARGET",
     "MonitorMode",
     "Plateau",
+    "PlateauPhase",
     "GroupSignal",
     "check_bit_budget",
     "check_bit_choices",

@@ -80,7 +80,7 @@ def test_render_names_every_method_and_verdict() -> None:
     text = render({"g/gcn": {"target": 0.8, "rows": rows, "judge": judged, "adaptive_widths": widths}})
     assert "| g/gcn | 32-bit |" in text and "| g/gcn | 1-bit |" in text and "never; 1/1" in text
     assert "| g/gcn | adaptive (1/2/4/8, budget 2x) | yes (+0.00 pp) | yes (1.50x) | yes | 1-bit 50 %, 2-bit 50 % |" in text
-    assert ("| g/gcn | adaptive, budget on a plateau (patience 5) | **no** (-1.00 pp) | yes (1.10x) | **no** | "
+    assert ("| g/gcn | adaptive, budget on trial after a plateau (patience 5) | **no** (-1.00 pp) | yes (1.10x) | **no** | "
             "1-bit 90 %, 2-bit 10 % |") in text, text
 
 

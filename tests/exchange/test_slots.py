@@ -352,10 +352,88 @@ def test_a_monitor_that_keeps_improving_keeps_the_narrowest_widths_and_their_byt
         assert all(counts[(name, d)] == N * row_nbytes(WD, 1) for name in ("conv1", "conv2") for d in ("fwd", "bwd"))
 
 
+def test_a_trial_that_improves_nothing_gives_the_budget_back_for_good() -> None:
+    from lightning_halo.quant import row_nbytes
+
+    # the agreed mean rises to 0.25 after epoch 2 and stays there: the decisions of epochs 4-5 see no improvement
+    # (patience 2), so the budget is on trial from epoch 5; epochs 6-7 see none either, so from epoch 7 on every
+    # exchange is back at 1 bit, with 1-bit bytes, and a later improvement does not reopen it
+    values = [0.1, 0.2, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.9]
+    (seen0, t0), (seen1, t1) = _width_epochs(10, progress=lambda rank, e: values[min(e, 8)])
+    assert [w for w, _ in seen0] == [w for w, _ in seen1], "every rank takes the same widths"
+    narrow = [{"fwd": 1, "bwd": 1}, {"fwd": 1, "bwd": 1}]
+    (free, _), _ = _width_epochs(10)
+    assert [w == narrow for w, _ in seen0] == [True] * 5 + [False] * 2 + [True] * 3, [w for w, _ in seen0]
+    assert seen0[5][0] == free[5][0] and seen0[6][0] == free[6][0]
+    for widths, counts in seen0[7:]:
+        assert all(counts[(name, d)] == N * row_nbytes(WD, 1) for name in ("conv1", "conv2") for d in ("fwd", "bwd"))
+    # the decision of epoch 7 closes it (one all-reduce); closed, nothing is left to agree on
+    assert [counts.get(("bits", "aux"), 0) > 0 for _, counts in seen0[6:]] == [True, True, False, False]
+    assert t0.plateau == t1.plateau and t0.plateau.phase == "closed" and t0.budget_now == 1.0
+    assert not t0.measuring and t0.noise() == [{}, {}], "no signal measured, no noise reported"
+
+
+def test_rows_are_measured_only_where_the_next_decision_can_open_the_budget(monkeypatch) -> None:
+    import lightning_halo.exchange.slots as slots
+
+    calls: list[int] = []
+    measure = slots.signal_terms
+    monkeypatch.setattr(slots, "signal_terms", lambda rows: calls.append(1) or measure(rows))
+    _width_epochs(4)  # no monitor: every exchange, both directions, every epoch, on both ranks
+    assert len(calls) == 2 * 4 * 2 * 2
+    calls.clear()
+    (_, table), _ = _width_epochs(4, progress=lambda rank, e: e + rank)  # improving, patience 2: never
+    assert calls == [] and not table.measuring
+    # stale once (patience 2): the next value may open the trial, so epoch 3's rows are measured for it
+    values = [0.1, 0.2, 0.2, 0.2]
+    (_, table), _ = _width_epochs(4, progress=lambda rank, e: values[e])
+    assert len(calls) == 2 * 1 * 2 * 2 and table.measuring and table.plateau.stale == 1
+
+
+def test_a_trial_that_improves_the_metric_keeps_the_budget_for_good() -> None:
+    # as above, but the value after epoch 5 beats 0.25: the decision of epoch 6 keeps the budget, and later
+    # values that never improve again do not close it
+    values = [0.1, 0.2, 0.25, 0.25, 0.25, 0.3, 0.3, 0.3, 0.3]
+    (seen, table), _ = _width_epochs(10, progress=lambda rank, e: values[min(e, 8)])
+    (free, _), _ = _width_epochs(10)
+    assert [w for w, _ in seen[5:]] == [w for w, _ in free[5:]]
+    assert table.plateau.phase == "open" and table.plateau.best == 0.3 and table.budget_now == 1.93
+
+
+def test_the_plateau_rule_step_by_step() -> None:
+    from lightning_halo.quant.allocate import Plateau, plateau_step
+
+    def run(values, mode="max", patience=2):
+        s, phases = Plateau(), []
+        for v in values:
+            s = plateau_step(s, v, mode, patience)
+            phases.append(s.phase)
+        return s, phases
+
+    assert run([1.0, 0.9, 0.8, 0.7, 0.6], mode="min")[1] == ["narrow"] * 5, "a falling loss keeps improving"
+    assert run([1.0, 1.0, 1.0, 1.0, 1.0])[1] == ["narrow", "narrow", "trial", "trial", "closed"], "strictly better"
+    assert run([1.0, float("nan"), float("nan"), 2.0, 0.0, 0.0])[1] == ["narrow", "narrow", "trial", "open", "open", "open"]
+    s, _ = run([0.5, 0.4, 0.4, 0.4, 0.4])
+    assert s == Plateau(best=0.5, stale=2, phase="closed") and not s.open
+    assert run([0.5, 0.4, 0.4], patience=1)[1] == ["narrow", "trial", "closed"]
+
+
+def test_a_checkpoint_from_before_the_trial_rule_resumes_and_a_damaged_one_is_refused() -> None:
+    table = SlotTable(wire=None)  # type: ignore[arg-type]
+    table.set_widths((1, 2, 4, 8), 1.93, ("fwd", "bwd"))
+    table.set_plateau("max", 3)
+    table.restore_plateau({"best": 0.7, "stale": 3, "open": True, "pending": None})  # it opened, and stayed open
+    assert table.plateau.phase == "open" and table.budget_now == 1.93
+    table.restore_plateau({"best": 0.7, "stale": 1, "open": False, "pending": 0.6})
+    assert table.plateau.phase == "narrow" and table.budget_now == 1.0
+    with pytest.raises(ValueError, match="plateau phase 'ajar'.*damaged"):
+        table.restore_plateau({"best": 0.7, "stale": 1, "phase": "ajar", "pending": None})
+
+
 def test_the_plateau_and_the_value_not_yet_agreed_round_trip() -> None:
     (_, table0), _ = _width_epochs(4, progress=lambda rank, e: [0.5, 0.4, 0.4, 0.4][e], patience=5)
     state = table0.plateau_state()
-    assert state == {"best": 0.5, "stale": 2, "open": False, "pending": 0.4}
+    assert state == {"best": 0.5, "stale": 2, "phase": "narrow", "pending": 0.4}
     restored = SlotTable(wire=None)  # type: ignore[arg-type]
     restored.set_plateau("max", 5)
     restored.restore_plateau(state)

@@ -34,6 +34,7 @@ class Decisions(L.Callback):
         self.epochs: dict[int, list[str]] = {}
         self.drifts: dict[int, list[float]] = {}
         self.widths: dict[int, dict] = {}
+        self.values: dict[int, float] = {}  # val_acc after each epoch's validation, as the bit monitor reads it
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.strategy.exchanger.adaptive_bits:
@@ -41,6 +42,11 @@ class Decisions(L.Callback):
         if trainer.strategy.exchanger.mode == "adaptive":
             self.epochs[trainer.current_epoch] = [d for d, _ in trainer.strategy.halo_decisions().values()]
             self.drifts[trainer.current_epoch] = [v for _, v in trainer.strategy.halo_decisions().values()]
+
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and "val_acc" in trainer.callback_metrics:
+            self.values[trainer.current_epoch] = float(trainer.callback_metrics["val_acc"])
 
 
 def _monitor(spec: str | None) -> dict:
@@ -88,6 +94,7 @@ def main() -> None:
         torch.save(decisions.epochs, target / f"decisions{rank}.pt")
         torch.save(decisions.drifts, target / f"drifts{rank}.pt")
         torch.save(decisions.widths, target / f"widths{rank}.pt")
+        torch.save(decisions.values, target / f"values{rank}.pt")
 
 
 if __name__ == "__main__":
