@@ -551,6 +551,7 @@ class HaloQuantStrategy(DDPStrategy):
             training, epoch, mode, self._policy.smoothing, keep_history=self._policy.mode != "sync",
             drift_bound=self._policy.drift_bound, wait_bound=self._policy.wait_bound,
         )  # fmt: skip
+        self._layers.begin_step()  # the last step's fetched halos go before this step's forward
         return batch
 
     def _check_plans(self) -> None:
@@ -635,6 +636,7 @@ class HaloQuantStrategy(DDPStrategy):
         loss = self.exchanger.prepare_loss(loss)
         out = super().backward(loss, optimizer, *args, **kwargs)
         self.exchanger.end_step()  # adaptive staleness times the step's halo waits against it
+        self._layers.end_step()
         return out
 
     @override

@@ -86,7 +86,10 @@ class LayerContext:
         self.choices: dict[str, str] = {}
         self.warn_once = WarnOnce()
         self.hetero: Optional[HeteroHaloPartition] = None
-        self._type_halos = TensorMemo(limit=256)  # a source type's halo per tensor and step (layers.hetero)
+        # a source type's halo per tensor, this step only (layers.hetero): an older step's entries can never be
+        # read again and would hold their blocks and autograd graphs (135 MB a step on a 4-part MAG-shaped graph)
+        self._type_halos = TensorMemo(limit=256)
+        self._halos_step = -1
         self._relation_norms = TensorMemo(limit=64)  # a relation's normalised edges per edge weights (layers.hetero)
         self._relation_adjs = TensorMemo(limit=64)  # a relation's fused adjacency per edges and weights
         self._relations: dict[str, tuple[Module, LayerSpec, EdgeType]] = {}  # edge-type modules (relation_cover)
@@ -106,6 +109,23 @@ class LayerContext:
             self.edges, self.hetero = None, part
         else:
             self.edges, self.hetero = PartitionEdges(part, self.exchanger, self.collectives), None
+
+    def begin_step(self) -> None:
+        """A step begins: drop the halos the last one fetched (:meth:`fetch_type`), so they are not held through
+        this step's forward."""
+        self._step_halos()
+
+    def end_step(self) -> None:
+        """The step's backward is done: its fetched halos are not needed again (a synchronous run keeps no halo
+        rows between steps)."""
+        self._type_halos.clear()
+
+    def _step_halos(self) -> TensorMemo:
+        """The memo of this step's fetched halos, emptied when the exchanger's step has moved on."""
+        if self._halos_step != self.exchanger.steps:
+            self._type_halos.clear()
+            self._halos_step = self.exchanger.steps
+        return self._type_halos
 
     def release(self) -> None:
         """Let go of the bound partition's edges (at teardown)."""
@@ -146,10 +166,10 @@ class LayerContext:
         """The halo rows of ``x_inner`` (rows of ``node_type``), fetched once per tensor and step however many
         relations read them; named ``group[node_type]`` in the traffic and the slots."""
         key = (self.exchanger.steps, node_type)
-        hit = self._type_halos.get(key, (x_inner,))
+        hit = self._step_halos().get(key, (x_inner,))
         if hit is None:
             halo = self.exchanger.fetch(x_inner, f"{group}[{node_type}]", direction=type_plan_key(node_type))  # type: ignore[arg-type]
-            hit = self._type_halos.put(key, (x_inner,), halo)
+            hit = self._step_halos().put(key, (x_inner,), halo)
         return hit
 
 
@@ -165,7 +185,7 @@ class LayerContext:
         carries partial sums where ``halo_reduction="cover"`` and a relation of the layer aggregates linearly
         (:mod:`~lightning_halo.layers.relation_cover`), else the type's halo rows (:meth:`fetch_type`)."""
         node_type = edge_type[0]
-        plain = self._type_halos.get((self.exchanger.steps, node_type), (x_inner,))
+        plain = self._step_halos().get((self.exchanger.steps, node_type), (x_inner,))
         if plain is not None:  # this step fetched these rows already: nothing more crosses
             return RelationSource(plain)
         covered = self._type_cover(x_inner, node_type, group)
@@ -200,7 +220,7 @@ class LayerContext:
         if self.halo_reduction != "cover" or ex.world_size == 1 or part is None or ex.holds_input(x_inner):
             return None
         key = (ex.steps, node_type, group, "cover")
-        hit = self._type_halos.get(key, (x_inner,))
+        hit = self._step_halos().get(key, (x_inner,))
         if hit is not None:
             return hit
         members = [
@@ -223,7 +243,7 @@ class LayerContext:
 
         cover = ex.partition_value(f"relation-cover:{group}[{node_type}]:{dtype}:{device}", build)
         block = ex.fetch(x_inner, f"{group}[{node_type}]", direction=direction, route=cover.route)  # type: ignore[arg-type]
-        return self._type_halos.put(key, (x_inner,), (cover, block))
+        return self._step_halos().put(key, (x_inner,), (cover, block))
 
     @staticmethod
     def _covered_relation_adjacency(part: HeteroHaloPartition):  # noqa: ANN205
