@@ -117,7 +117,19 @@ def rank_main(a: argparse.Namespace) -> None:
             self.seen = dict(strategy.traffic.total)
             self.t0 = time.perf_counter()
 
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+            sampler.enter("step start")
+
+        def on_before_backward(self, trainer, pl_module, loss):
+            super().on_before_backward(trainer, pl_module, loss)
+            sampler.enter("backward")
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            sampler.enter("optimizer step")
+
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            sampler.enter("between steps")
             record["part_pages"] = sum(rss for _, _, rss in mappings(files))
 
         def on_train_epoch_end(self, trainer, pl_module):
@@ -128,6 +140,7 @@ def rank_main(a: argparse.Namespace) -> None:
     dm = HaloDataModule(a.parts)
     torch.manual_seed(0)
     model = _model(dm, a.hidden)
+    label_phases(model, sampler)
     trainer = L.Trainer(
         strategy=strategy, accelerator="cpu", devices=a.devices, num_nodes=a.num_nodes, max_epochs=a.epochs, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -135,6 +148,7 @@ def rank_main(a: argparse.Namespace) -> None:
     )  # fmt: skip
     trainer.fit(model, datamodule=dm)
     record["at_peak"] = sampler.stop()
+    record["peak_phase"], record["phase_peaks"] = sampler.peak_phase, sampler.by_phase
     record["peak_rss"] = status()["VmHWM"]
     part = dm.partition
     params = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -154,6 +168,17 @@ def rank_main(a: argparse.Namespace) -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def label_phases(model: Any, sampler: Any) -> None:
+    """Name the sampler's phase after the layer and the relation the forward is in (``convs.<i>`` and, in a
+    ``HeteroConv``, ``convs.<i>.convs.<edge type>``), so that a peak says where it is."""
+    import re
+
+    for name, module in model.named_modules():
+        if re.fullmatch(r"convs\.\d+(\.convs\.[^.]+)?", name):
+            module.register_forward_pre_hook(lambda m, args, n=name: sampler.enter(f"forward {n}"))
+            module.register_forward_hook(lambda m, args, out, n=name: sampler.enter(f"after forward {n}"))
 
 
 def relation_adjacency_bytes(part: Any, model: Any, element_size: int = 4) -> int:
@@ -302,7 +327,7 @@ def markdown() -> str:
     runs = sorted((p for p in RESULTS.glob("train-*.json")), key=lambda p: p.name)
     if runs:
         lines += ["| run | epoch (median after the first, slowest rank) | MB sent per epoch per rank | peak above idle, "
-                  "largest rank | its bound | peak / bound |", "|---|---|---|---|---|---|"]  # fmt: skip
+                  "largest rank | its bound | peak / bound | where the peak is |", "|---|---|---|---|---|---|---|"]  # fmt: skip
         for path in runs:
             rec = json.loads(path.read_text())
             worst = max(rec["records"], key=lambda r: r["peak_rss"] - r["idle_rss"])
@@ -312,7 +337,7 @@ def markdown() -> str:
             how = {"cover": ", partial sums", "none": ", every row"}[rec.get("halo_reduction", "none")]
             lines.append(f"| {rec['ranks']} ranks, {rec['bits']} bits, {rec['rate']}{how}{env} | {_epoch(rec):.2f} s | "
                          f"{_bytes_per_epoch(rec) / 1e6:,.1f} | {peak / 1e9:.2f} GB | {worst['bound'] / 1e9:.2f} GB | "
-                         f"{peak / worst['bound']:.2f} |")  # fmt: skip
+                         f"{peak / worst['bound']:.2f} | {worst.get('peak_phase', '–')} |")  # fmt: skip
         lines.append("")
     single = _load("single-1core")
     if single:
@@ -330,6 +355,11 @@ def markdown() -> str:
     if b32 and b1:
         lines.append(f"At 100 Mbit/s, 1-bit sync is {_epoch(b32) / _epoch(b1):.2f} x faster than 32-bit sync "
                      f"({_epoch(b32):.2f} s vs {_epoch(b1):.2f} s per epoch).")  # fmt: skip
+        s32, s1 = _load("train-2r-b32-100mbit-partial-sums"), _load("train-2r-b1-100mbit-partial-sums")
+        if s32 and s1:  # the default since partial sums reached heterogeneous partitions: both send fewer rows
+            lines.append(f"With partial sums (both widths), 1-bit sync is {_epoch(s32) / _epoch(s1):.2f} x faster than "
+                         f"32-bit sync ({_epoch(s32):.2f} s vs {_epoch(s1):.2f} s per epoch; "
+                         f"{_bytes_per_epoch(s32) / 1e6:,.1f} and {_bytes_per_epoch(s1) / 1e6:,.1f} MB per epoch per rank).")  # fmt: skip
         lines.append("")
         traffic = b32["records"][0]["traffic"][-1]
         lines += ["Bytes per epoch of rank 0 by layer and source type (32 bits; every edge type of a source type reads "

@@ -64,20 +64,32 @@ def reset_peak() -> None:
 
 
 class Sampler:
-    """Samples ``/proc/self/status`` every ``interval`` s and keeps the composition at the largest RSS."""
+    """Samples ``/proc/self/status`` every ``interval`` s and keeps the composition at the largest RSS.
+
+    The measured code may name what it is doing in ``phase`` as it goes: ``by_phase`` keeps the
+    largest RSS seen in each phase and ``peak_phase`` the phase of the largest overall.
+    """
 
     def __init__(self, interval: float = 0.02) -> None:
         self.interval = interval
         self.at_peak: dict[str, int] = status()
+        self.phase, self.peak_phase = "start", "start"
+        self.by_phase: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            s = status()
+            s, phase = status(), self.phase
+            if s["VmRSS"] > self.by_phase.get(phase, 0):
+                self.by_phase[phase] = s["VmRSS"]
             if s["VmRSS"] > self.at_peak["VmRSS"]:
-                self.at_peak = s
+                self.at_peak, self.peak_phase = s, phase
+
+    def enter(self, phase: str) -> None:
+        """What the measured code does from now on."""
+        self.phase = phase
 
     def stop(self) -> dict[str, int]:
         self._stop.set()

@@ -50,3 +50,23 @@ def test_generate_partition_train_report(tmp_path: Path) -> None:
         assert part["partitioner_s"] > 0 and part["edge_cut"] > 0 and 1.0 <= part["balance"] < 1.1
     text = page.read_text()
     assert "#### tiny" in text and "| kaminpar | 2 | " in text and "| metis | 2 | " in text and (tmp_path / "m.png").is_file()
+
+
+def test_the_sampler_says_in_which_phase_the_peak_was() -> None:
+    import time
+
+    from benchmarks.memory import Sampler
+
+    sampler = Sampler(interval=0.002)
+    sampler.enter("small")
+    time.sleep(0.05)
+    sampler.enter("large")
+    block = np.ones(200 * 2**20 // 8)  # 200 MiB, every page written
+    time.sleep(0.05)
+    del block
+    sampler.enter("freed")
+    time.sleep(0.05)
+    sampler.stop()
+    assert sampler.peak_phase == "large", sampler.by_phase
+    assert sampler.by_phase["large"] > sampler.by_phase["small"] + 150 * 2**20
+    assert sampler.by_phase["freed"] < sampler.by_phase["large"] - 150 * 2**20

@@ -30,19 +30,24 @@ def test_the_adjacency_bytes_count_each_relation_the_model_reads_once() -> None:
 def test_the_report_compares_like_with_like(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(hetero_scale, "RESULTS", tmp_path)
 
-    def run(bits: int, rate: str, epochs: list[float], sent: int, **extra) -> dict:
+    def run(bits: int, rate: str, epochs: list[float], sent: int, phase: str = "", **extra) -> dict:
         rank = {"epoch_s": epochs, "traffic": [{"convs.1.convs[paper]/fwd": sent}], "peak_rss": 3 * 10**9,
-                "idle_rss": 10**9, "bound": 10**9}  # fmt: skip
+                "idle_rss": 10**9, "bound": 10**9, **({"peak_phase": phase} if phase else {})}  # fmt: skip
         return {"ranks": 2, "bits": bits, "rate": rate, "records": [rank, rank], **extra}
 
     for name, rec in {"train-2r-b32-100mbit": run(32, "100mbit", [9.0, 6.0, 8.0], 320),
                       "train-2r-b1-100mbit": run(1, "100mbit", [5.0, 2.0, 2.0], 10),
-                      "train-2r-b32-local-sums": run(32, "local", [4.0, 3.0, 3.0], 20, halo_reduction="cover"),
+                      "train-2r-b32-local-sums": run(32, "local", [4.0, 3.0, 3.0], 20, halo_reduction="cover",
+                                                     phase="backward"),
+                      "train-2r-b32-100mbit-partial-sums": run(32, "100mbit", [9.0, 4.0, 5.0], 2_000_000, halo_reduction="cover"),
+                      "train-2r-b1-100mbit-partial-sums": run(1, "100mbit", [5.0, 2.5, 2.5], 100_000, halo_reduction="cover"),
                       "single-1core": {"epoch_s": [30.0, 20.0, 20.0], "peak_rss": 4 * 10**9}}.items():  # fmt: skip
         (tmp_path / f"{name}.json").write_text(json.dumps(rec))
     text = hetero_scale.markdown()
     assert "1-bit sync is 3.50 x faster than 32-bit sync (7.00 s vs 2.00 s per epoch)" in text, text
     # a record without the field predates partial sums on heterogeneous partitions: it fetched every row
-    assert "| 2 ranks, 32 bits, 100mbit, every row | 7.00 s | 0.0 | 2.00 GB | 1.00 GB | 2.00 |" in text, text
-    assert "| 2 ranks, 32 bits, local, partial sums | 3.00 s | 0.0 | 2.00 GB | 1.00 GB | 2.00 |" in text, text
+    assert "| 2 ranks, 32 bits, 100mbit, every row | 7.00 s | 0.0 | 2.00 GB | 1.00 GB | 2.00 | – |" in text, text
+    assert "| 2 ranks, 32 bits, local, partial sums | 3.00 s | 0.0 | 2.00 GB | 1.00 GB | 2.00 | backward |" in text, text
     assert "10.00 x faster than one process on one core" in text
+    assert ("With partial sums (both widths), 1-bit sync is 1.80 x faster than 32-bit sync (4.50 s vs 2.50 s per epoch; "
+            "2.0 and 0.1 MB per epoch per rank)") in text, text

@@ -40,3 +40,67 @@ def test_a_featureless_type_by_type_has_one_learned_row() -> None:
     assert sum(p.numel() for p in per_node.parameters()) - sum(p.numel() for p in per_type.parameters()) == 6 * 8
     with pytest.raises(ValueError, match="featureless must be 'embedding' or 'type'"):
         HeteroNodeClassifier(3, featureless="random")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("conv", ["sage", "gat"])
+def test_its_relation_sum_is_pygs_heteroconv_sum_without_the_stack(conv: str) -> None:
+    """The zoo's layers add each relation's output as it comes (``RelationSum``) instead of stacking them all as
+    ``HeteroConv(aggr="sum")`` does: the same modules and state dict, the same result and gradients."""
+    from torch_geometric.nn import HeteroConv
+
+    from lightning_halo.models.hetero_classifier import RelationSum
+
+    data = generated_hetero()
+    model = _model(data, conv, "embedding")
+    layer = model.convs[0]
+    assert isinstance(layer, RelationSum) and len({e[2] for e in layer.convs.keys()}) < len(layer.convs)  # noqa: SIM118
+    pyg = HeteroConv(dict(layer.convs.items()), aggr="sum")
+    assert list(pyg.state_dict()) == list(layer.state_dict())
+    x = {t: v.detach().requires_grad_() for t, v in model.embed(data).items()}
+    ours, theirs = layer(x, data.edge_index_dict), pyg(x, data.edge_index_dict)
+    assert ours.keys() == theirs.keys()
+    for t in ours:
+        torch.testing.assert_close(ours[t], theirs[t], rtol=1e-12, atol=1e-12)
+    sum(v.square().sum() for v in ours.values()).backward()
+    mine = {t: v.grad.clone() for t, v in x.items() if v.grad is not None}
+    for v in x.values():
+        v.grad = None
+    sum(v.square().sum() for v in theirs.values()).backward()
+    for t, g in mine.items():
+        torch.testing.assert_close(g, x[t].grad, rtol=1e-12, atol=1e-12)
+
+
+def _featureless_graph():
+    """Papers (labels, masks) and authors, neither with features: every type starts from learned rows."""
+    import torch_geometric.transforms as T
+    from torch_geometric.data import HeteroData
+
+    g = torch.Generator().manual_seed(0)
+    data = HeteroData()
+    data["paper"].num_nodes, data["author"].num_nodes = 120, 80
+    data["paper"].y = torch.randint(0, 3, (120,), generator=g)
+    order = torch.randperm(120, generator=g)
+    for name, rows in (("train_mask", order[:60]), ("val_mask", order[60:90]), ("test_mask", order[90:])):
+        data["paper"][name] = torch.zeros(120, dtype=torch.bool).index_fill_(0, rows, True)
+    writes = torch.stack([torch.randint(0, 80, (300,), generator=g), torch.randint(0, 120, (300,), generator=g)])
+    data["author", "writes", "paper"].edge_index = writes
+    data["paper", "cites", "paper"].edge_index = torch.randint(0, 120, (2, 400), generator=g)
+    return T.ToUndirected()(data)
+
+
+@pytest.mark.parametrize("conv", ["sage", "hgt"])
+@pytest.mark.parametrize("featureless", ["embedding", "type"])
+def test_a_graph_whose_types_have_no_features_at_all(conv: str, featureless: str) -> None:
+    from lightning_halo import HaloDataModule
+
+    data = _featureless_graph()
+    dm = HaloDataModule(data)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.num_features == {"paper": 0, "author": 0} and dm.labelled_type == "paper"
+    torch.manual_seed(0)
+    model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
+                                 hidden_channels=8, conv=conv, dropout=0.0, featureless=featureless).double()  # fmt: skip
+    ref = hetero_reference(model, data, _forward, "paper")
+    got = run_threaded_hetero(model, data, 2, _forward, "paper")
+    assert_same(without_zero_extras(got, ref), ref, what=f"no features, {conv}, featureless={featureless}")
