@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,8 @@ import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
+
+from lightning_halo.rendezvous import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 #: What a rank imports: a rank forked from a server that imported these (``preload`` below) starts at once.
@@ -30,12 +31,6 @@ def local_preload() -> tuple[str, ...]:
     """The ``preload`` of the benchmark commands' local ranks: :data:`PRELOAD` where ``$LIGHTNING_HALO_BENCH_PRELOAD``
     is ``1``, else none (fresh interpreters)."""
     return PRELOAD if os.environ.get(PRELOAD_ENV) == "1" else ()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_workers(

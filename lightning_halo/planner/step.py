@@ -26,7 +26,6 @@ import io
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional
+
+from lightning_halo.rendezvous import free_port
 
 #: The tiny model: nodes, out-degree, features, hidden width, classes.
 TINY = {"nodes": 2000, "degree": 8, "features": 16, "hidden": 16, "classes": 4}
@@ -151,12 +152,6 @@ def overhead_fit(epoch_s: dict[int, float], ranks: int, rates: dict[str, Any]) -
     return round(max(rest[lo] - lo * per_layer, 0.0), 12), round(per_layer, 12)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def measure_ranks(
     ranks: int = 2, threads: int = 1, epochs: int = EPOCHS, rounds: int = 3, timeout: float = 600.0
 ) -> list[dict[str, Any]]:
@@ -174,7 +169,7 @@ def measure_ranks(
         RuntimeError: a rank failed or timed out (its output is in the message).
     """
     with tempfile.TemporaryDirectory(prefix="halo-calibrate-ranks-") as out:
-        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(ranks),
+        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(ranks),
                     NODE_RANK="0", OMP_NUM_THREADS=str(threads))  # fmt: skip
         cmd = [sys.executable, "-m", "lightning_halo.planner.step", "--epochs", str(epochs), "--threads", str(threads),
                "--rounds", str(rounds), "--out", out]  # fmt: skip

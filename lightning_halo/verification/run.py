@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -26,6 +25,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import torch
 
+from lightning_halo.rendezvous import free_port
 from lightning_halo.verification.compare import VerifyReport, compare_step
 from lightning_halo.verification.options import EXACT_VALUES, STRATEGY_OPTIONS, Treatment, exact_notes, shown_options
 from lightning_halo.verification.recorder import StepRecorder, no_dropout, trainer_options
@@ -125,12 +125,6 @@ def rank_strategy(opts: RunOptions) -> pl.strategies.Strategy:
     )  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _quiet() -> None:
     """A rank of the check prints nothing but warnings (partition statistics, banners: the report says what counts)."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning_halo"):
@@ -197,7 +191,7 @@ def run_step(model: pl.LightningModule, datamodule: pl.LightningDataModule, worl
         raise VerifyError("verify forks its ranks from this process, and this platform cannot fork; run it on Linux or macOS.")
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="lightning-halo-verify-") as tmp:
-        out, port = Path(tmp), _free_port()
+        out, port = Path(tmp), free_port()
         procs = [
             ctx.Process(target=_rank_main, args=(model, datamodule, r, world_size, port, out, dtype, opts), daemon=True)
             for r in range(world_size)
