@@ -70,9 +70,9 @@ class RelationSum(HeteroConv):
     to its target type's sum as the relation runs.
 
     ``HeteroConv`` keeps every relation's output and then stacks them (``torch.stack(xs).sum(0)``): for
-    :math:`R` relations into a type, :math:`2R + 1` blocks of ``[n_dst, hidden]`` at once, the peak of a
-    step (4 relations into papers on a MAG-shaped part: 0.5 GB at 2 ranks). Summed as they come, at most
-    three. The same modules, parameters and state dict; the relations' outputs are added in order, so the sums
+    :math:`R` relations into a type, :math:`2R + 1` blocks of ``[n_dst, hidden]`` at once, where a step on
+    the MAG-shaped graph of docs/heterogeneous.md peaked (four relations into papers). Summed as they come,
+    at most three. The same modules, parameters and state dict; the relations' outputs are added in order, so the sums
     agree with PyG's to float rounding (bitwise where its reduction adds in order too).
 
     Args:
@@ -142,8 +142,6 @@ def hetero_layers(metadata: tuple[list[str], list[EdgeType]], num_features: dict
     with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
         warnings.filterwarnings("ignore", message="There exist node types")
         return inputs, nn.ModuleList([RelationSum({e: relation() for e in chosen}) for chosen in layers])
-
-
 
 
 def hetero_embed(inputs: nn.ModuleDict, batch: Any, featureless: str) -> dict[str, Tensor]:

@@ -145,10 +145,24 @@ class HAN(nn.Module):
 
 
 def _with_metapath(data):
-    """The co-author metapath paper -> author -> paper as an edge type of its own, made before partitioning."""
-    import torch_geometric.transforms as T
+    """The co-author metapath paper -> author -> paper as an edge type of its own (``metapath_0``), made before
+    partitioning, as ``T.AddMetaPaths([[rev_writes, writes]])`` makes it: every connected pair once, sorted by
+    row. Computed with scipy: ``AddMetaPaths`` multiplies two sparse CSR tensors with torch, which crashed this
+    process now and then (a segfault in ``torch.matmul`` on CPU, torch 2.13, about one call in 30)."""
+    import numpy as np
+    import scipy.sparse as sp
 
-    return T.AddMetaPaths([[("paper", "rev_writes", "author"), ("author", "writes", "paper")]], max_sample=None)(data)
+    def adjacency(edge_type, rows: int, cols: int):
+        src, dst = data[edge_type].edge_index.numpy()
+        return sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(rows, cols))
+
+    n_paper, n_author = data["paper"].num_nodes, data["author"].num_nodes
+    pairs = (adjacency(("paper", "rev_writes", "author"), n_paper, n_author)
+             @ adjacency(("author", "writes", "paper"), n_author, n_paper)).tocoo()  # fmt: skip
+    order = np.lexsort((pairs.col, pairs.row))
+    data = data.clone()
+    data["paper", "metapath_0", "paper"].edge_index = torch.from_numpy(np.stack([pairs.row[order], pairs.col[order]])).long()
+    return data
 
 
 def _forward(model, batch):
