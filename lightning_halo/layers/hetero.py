@@ -48,8 +48,9 @@ from torch.nn import Module
 
 from lightning_halo._compat.pyg import switch_off
 from lightning_halo.layers.batchnorm import AllSum
-from lightning_halo.layers.call import Aggregation, choose_aggregation
+from lightning_halo.layers.call import Aggregation, AggregationChoice, choose_aggregation
 from lightning_halo.layers.propagate import halo_step_inputs
+from lightning_halo.layers.reasons import EdgeIndexReason
 from lightning_halo.layers.registry import LayerSpec, Normalization, UnsupportedLayerError
 from lightning_halo.layers.relation_cover import group_of
 from lightning_halo.layers.semantic import SemanticCall, uses_semantic_attention
@@ -239,7 +240,7 @@ def _source_rows(
         return _with_halo(x_src, inner_only, edge_type[0], group_of(name), tools.fetch), None
     weight_arg = spec.weight_arg
     weight = arguments.get(weight_arg) if weight_arg is not None else None
-    choice = choose_aggregation(tools.aggregation, name, spec, module, weight, False, x_src.is_cuda)
+    choice = _relation_aggregation(tools.aggregation, name, spec, module, weight, x_src.is_cuda)
     reduce = choice.reduce if weight is None else None
     source = tools.source(x_src, edge_type, group_of(name), name, reduce)
     whole = stacked_view(x_src, source.halo) if source.covered is None else None
@@ -261,6 +262,24 @@ def _aggregate(
     return f"fused; halo {source.how}"
 
 
+def _relation_aggregation(
+    option: Aggregation, name: str, spec: LayerSpec, module: Module, weight: Optional[Tensor], on_cuda: bool
+) -> AggregationChoice:  # fmt: skip
+    """:func:`~lightning_halo.layers.call.choose_aggregation` for a relation's call, whose adjacency goes into
+    the layer's ``forward``. A layer that normalises its input there (``spec.renormalizes``: ClusterGCNConv)
+    stays on ``edge_index``: PyG normalises a sparse adjacency by its stored entries (repeated edges merged)
+    and in the default float dtype, so neither the fused adjacency nor partial sums give its result."""
+    if not spec.renormalizes:
+        return choose_aggregation(option, name, spec, module, weight, False, on_cuda)
+    if option == "sparse":
+        raise UnsupportedLayerError(
+            f"layer '{name}' ({type(module).__name__}) cannot use the fused sparse aggregation on a relation: "
+            f"{EdgeIndexReason.RENORMALIZES.text()}. Use HaloQuantStrategy(aggregation='auto') to run such layers "
+            "on edge_index."
+        )
+    return AggregationChoice(None, EdgeIndexReason.RENORMALIZES)
+
+
 def _fuse(
     name: str, module: Module, spec: LayerSpec, arguments: dict, edge_type: EdgeType, n_dst: int, n_src: int,
     tools: RelationTools,
@@ -273,7 +292,7 @@ def _fuse(
         return "edge_index (no source rows)"
     weight_arg = spec.weight_arg
     weight = arguments.get(weight_arg) if weight_arg is not None else None
-    choice = choose_aggregation(tools.aggregation, name, spec, module, weight, False, first.is_cuda)
+    choice = _relation_aggregation(tools.aggregation, name, spec, module, weight, first.is_cuda)
     if choice.reduce is None:
         return f"edge_index ({choice.why})"
     arguments["edge_index"] = tools.adjacency(edge_type, arguments["edge_index"], weight, n_dst, n_src, choice.reduce,

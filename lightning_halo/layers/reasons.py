@@ -36,6 +36,11 @@ class EdgeIndexReason(Reason):
     WEIGHT_GRADIENTS = "its edge weights need gradients"
     WEIGHTED_MIN_MAX = "{reduce} aggregation with edge weights"
     NO_CUDA_KERNEL = "torch has no CUDA kernel for sparse {reduce}"
+    #: on a relation of a heterogeneous partition the layer's own forward would receive the adjacency
+    RENORMALIZES = (
+        "it normalises its input in its forward, and PyG normalises a sparse adjacency differently from "
+        "edge_index where edges repeat or loop"
+    )
 
 
 class ReductionReason(Reason):

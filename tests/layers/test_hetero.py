@@ -532,6 +532,41 @@ def test_a_gcn_normalised_layer_between_two_types_is_refused_with_the_reason() -
     _refused(model, "between two node types, but it normalises with the degrees of one node set")
 
 
+class ClusterRelations(nn.Module):
+    """ClusterGCNConv (it normalises in its forward, no flag to switch it off) on the citations, which repeat and
+    loop, beside SAGE relations; the same on the next layer, whose paper rows could travel as partial sums."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cites, writes = ("paper", "cites", "paper"), ("author", "writes", "paper")
+        self.c1 = HeteroConv({cites: gnn.ClusterGCNConv(6, 8, diag_lambda=0.3), writes: gnn.SAGEConv((4, 6), 8)})
+        self.c2 = HeteroConv({cites: gnn.ClusterGCNConv(8, 3)})
+
+    def forward(self, batch):
+        h = {k: v.relu() for k, v in self.c1(batch.x_dict, batch.edge_index_dict).items()}
+        return self.c2(h, batch.edge_index_dict)[TARGET]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_relation_layer_that_normalises_in_its_forward_runs_on_edge_index(dtype: torch.dtype, world_size: int) -> None:
+    """Given the fused adjacency, PyG's ClusterGCNConv normalised the coalesced matrix: wrong logits in float32
+    (repeated citations merged), and in float64 its float32 weights failed the sparse product."""
+    data = generated_hetero()
+    for t in ("paper", "author"):
+        data[t].x = data[t].x.to(dtype)
+    torch.manual_seed(0)
+    model = ClusterRelations().to(dtype)
+    ref = hetero_reference(model, data, _forward, TARGET)
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {}
+    for reduction in ("cover", "none"):
+        got = run_threaded_hetero(model, data, world_size, _forward, TARGET, halo_reduction=reduction)
+        assert_same(got, ref, what=f"ClusterGCNConv relations at {world_size} ranks, {reduction}", **tol)
+    if world_size > 1:
+        why = got["ranks"][0]["choices"]["c1.convs.<paper___cites___paper>"]
+        assert "aggregation edge_index (it normalises its input in its forward" in why, why
+
+
 class StepRelations(nn.Module):
     """Layers that propagate several times in one call on the relation within one type: TAGConv (normalised,
     K=3) beside SAGEConv, then APPNP (normalised with self-loops, fed an embedding of every local row) and
