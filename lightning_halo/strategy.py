@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import warnings
 from datetime import timedelta
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -42,7 +41,7 @@ from lightning_halo.layers.hooks import (
     install_hooks,
 )
 from lightning_halo.layers.reduction import HaloReduction
-from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError, graph_norm_warning
+from lightning_halo.layers.registry import COMPILE_REFUSAL, UnsupportedLayerError, graph_norm_refusal
 from lightning_halo.loss import LossScaling, check_scale_loss, scaled_loss
 from lightning_halo.partition.chunks import trim_heap
 from lightning_halo.partition.halo_partition import HaloPartition
@@ -509,19 +508,20 @@ class HaloQuantStrategy(DDPStrategy):
         self._remove_hooks()
         module = self.lightning_module
         assert module is not None
-        self._warn_graph_norms(module)
+        self._refuse_graph_norms(module)
         self._hooks = install_hooks(module, self._layers)  # raises for unsupported layers
         # batch norms use the statistics of every partition's nodes (exact on CPU too, unlike SyncBatchNorm)
         self._norm_hooks = install_batch_norms(module, self._layers)
         log.debug("lightning-halo: hooked %s", {h.name: h.kind for h in self._hooks})
 
-    def _warn_graph_norms(self, module: torch.nn.Module) -> None:
+    def _refuse_graph_norms(self, module: torch.nn.Module) -> None:
+        """Refuse a graph-wide PyG norm that is not made global (the others run over every rank's rows)."""
         if self.world_size == 1:  # the partition is the whole graph: every norm sees what it would alone
             return
         for name, sub in module.named_modules():
-            message = graph_norm_warning(name, sub)  # the list and the words are the registry's
+            message = graph_norm_refusal(name, sub)  # the list and the words are the registry's
             if message is not None:
-                warnings.warn(message, stacklevel=2)
+                raise UnsupportedLayerError(message)
 
     def _remove_hooks(self) -> None:
         for hook in [*self._hooks, *self._norm_hooks]:

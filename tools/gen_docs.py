@@ -39,8 +39,8 @@ def layers_table() -> str:
 def graph_norms_table() -> str:
     from lightning_halo.layers.registry import graph_norm_table
 
-    lines = ["| PyG norm | why it differs on a partition | exact alternative |", "|---|---|---|"]
-    lines += [f"| `{name}` | {why} | {alternative} |" for name, why, alternative in graph_norm_table()]
+    lines = ["| PyG norm | why a partition's rows alone would differ | on partitions |", "|---|---|---|"]
+    lines += [f"| `{name}` | {why} | {handling} |" for name, why, handling in graph_norm_table()]
     return "\n".join(lines)
 
 

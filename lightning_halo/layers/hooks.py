@@ -30,6 +30,7 @@ from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_no
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
+from lightning_halo.layers.graphnorm import GraphNormHook, find_graph_norms
 from lightning_halo.layers.hetero import (
     HeteroRunning,
     RelationSource,
@@ -149,8 +150,8 @@ class LayerContext:
             return None
         if self.hetero is not None:
             raise UnsupportedLayerError(
-                "a batch norm ran on a heterogeneous partition: its statistics would be over this rank's nodes of one "
-                "type, and lightning-halo makes batch norms global on homogeneous partitions only so far; use "
+                "a batch norm or graph norm ran on a heterogeneous partition: its statistics would be over this rank's "
+                "nodes of one type, and lightning-halo makes them global on homogeneous partitions only so far; use "
                 "LayerNorm(mode='node') or no norm"
             )
         plan = self.exchanger.plan()
@@ -566,7 +567,10 @@ def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
     return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
 
 
-def install_batch_norms(model: Module, ctx: LayerContext) -> list[BatchNormHook]:
-    """Make every batch norm of ``model`` normalise over the nodes of all partitions
-    (:mod:`lightning_halo.layers.batchnorm`)."""
-    return [BatchNormHook(module, name, ctx.norm_rows).install() for name, module in find_batch_norms(model).items()]
+def install_batch_norms(model: Module, ctx: LayerContext) -> list[BatchNormHook | GraphNormHook]:
+    """Make every batch norm of ``model``, and every graph-wide PyG norm, normalise over the nodes of all
+    partitions (:mod:`lightning_halo.layers.batchnorm`, :mod:`lightning_halo.layers.graphnorm`)."""
+    hooks: list[BatchNormHook | GraphNormHook] = [
+        BatchNormHook(module, name, ctx.norm_rows).install() for name, module in find_batch_norms(model).items()
+    ]
+    return hooks + [GraphNormHook(module, name, ctx.norm_rows).install() for name, module in find_graph_norms(model).items()]

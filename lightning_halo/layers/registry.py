@@ -545,11 +545,12 @@ def refused_wrapper(module: Module) -> Optional[str]:
     return _REG.refused_wrappers.get(cls.__name__)
 
 
-#: PyG normalisations whose statistics span every node they see: on a partition those are the rank's own
-#: nodes, not the whole graph's, so a partitioned run differs from single-process training (warned at fit).
-#: Batch norms are exact instead (:mod:`lightning_halo.layers.batchnorm`); ``MessageNorm`` is per node.
+#: PyG normalisations whose statistics span every node they see: on a partition those would be the rank's own
+#: nodes, not the whole graph's. Those in :data:`GLOBAL_GRAPH_NORMS` are made global
+#: (:mod:`lightning_halo.layers.graphnorm`), the others are refused at fit on more than one process. Batch norms
+#: (and ``DiffGroupNorm``, whose statistics are a ``BatchNorm1d``'s) are global too
+#: (:mod:`lightning_halo.layers.batchnorm`); ``MessageNorm`` is per node.
 _GRAPH_NORMS: dict[str, str] = {
-    "DiffGroupNorm": "it batch-normalises each soft cluster of nodes over all nodes it sees",
     "GraphNorm": "it normalises with the mean and variance over all nodes of each graph",
     "GraphSizeNorm": "it divides by the square root of each graph's node count",
     "HeteroBatchNorm": "its per-type batch statistics are over all nodes it sees (not made global, unlike BatchNorm)",
@@ -558,15 +559,13 @@ _GRAPH_NORMS: dict[str, str] = {
     "MeanSubtractionNorm": "it subtracts the mean over all nodes of each graph",
     "PairNorm": "it centres and rescales with the mean and norm over all nodes",
 }
-#: The exact alternative where PyG has one.
-_GRAPH_NORM_ALTERNATIVE: dict[str, str] = {
-    "LayerNorm": "per-node statistics: LayerNorm(..., mode='node'), or in the torch_geometric.nn.models classes "
-    "norm='layer_norm' with norm_kwargs={'mode': 'node'}",
-}
+#: The graph-wide norms run with the statistics of every rank's rows (:mod:`lightning_halo.layers.graphnorm`).
+GLOBAL_GRAPH_NORMS = ("GraphNorm", "GraphSizeNorm", "InstanceNorm", "LayerNorm", "MeanSubtractionNorm", "PairNorm")
 
 
 def graph_norms() -> dict[str, str]:
-    """Name -> why, for PyG's normalisations that compute statistics over the whole graph (inexact on a partition).
+    """Name -> why, for PyG's normalisations that compute statistics over the whole graph (a partition alone would
+    give the rank's statistics; :data:`GLOBAL_GRAPH_NORMS` are made global, the others refused).
 
     Example:
         >>> "PairNorm" in graph_norms() and "MessageNorm" not in graph_norms()
@@ -575,31 +574,34 @@ def graph_norms() -> dict[str, str]:
     return dict(_GRAPH_NORMS)
 
 
-def graph_norm_warning(name: str, module: Module) -> Optional[str]:
-    """The warning for ``module`` (at ``name`` in the model) if it is a graph-wide PyG norm, else ``None``.
+def graph_norm_refusal(name: str, module: Module) -> Optional[str]:
+    """Why ``module`` (at ``name`` in the model) cannot run on partitions, if it is a graph-wide PyG norm that is
+    not made global, else ``None``. Only PyG's own classes are matched (a user's class of the same name is not
+    theirs).
 
-    Only PyG's own classes are matched (a user's class of the same name is not theirs); a
-    ``LayerNorm`` only in ``mode="graph"``.
+    Example:
+        >>> from torch_geometric.nn import HeteroBatchNorm, PairNorm
+        >>> graph_norm_refusal("n", PairNorm()) is None  # made global
+        True
+        >>> graph_norm_refusal("n", HeteroBatchNorm(4, num_types=2)).startswith("n (torch_geometric HeteroBatchNorm)")
+        True
     """
     cls = type(module)
     why = _GRAPH_NORMS.get(cls.__name__)
-    if why is None or not cls.__module__.startswith("torch_geometric"):
+    if why is None or cls.__name__ in GLOBAL_GRAPH_NORMS or not cls.__module__.startswith("torch_geometric"):
         return None
-    if cls.__name__ == "LayerNorm" and getattr(module, "mode", "graph") != "graph":
-        return None
-    alternative = _GRAPH_NORM_ALTERNATIVE.get(
-        cls.__name__, "it has no per-node mode; node-wise norms (LayerNorm(mode='node'), BatchNorm) are exact on partitions"
-    )
     return (
         f"{name} (torch_geometric {cls.__name__}): {why}; on a partition those are the rank's own nodes, not the "
-        f"whole graph, so results differ from single-process training. The exact alternative: {alternative}."
+        "whole graph, and lightning-halo does not make it global. Use a norm that it does: BatchNorm, "
+        "LayerNorm (either mode), GraphNorm, InstanceNorm, PairNorm"
     )
 
 
 def graph_norm_table() -> list[tuple[str, str, str]]:
-    """``(name, why it is inexact on a partition, the exact alternative)`` for docs/layers.md."""
-    default = "none in PyG; node-wise norms (`LayerNorm(mode='node')`, `BatchNorm`) are exact"
-    return [(name, why, _GRAPH_NORM_ALTERNATIVE.get(name, default)) for name, why in sorted(_GRAPH_NORMS.items())]
+    """``(name, why a partition alone differs, what lightning-halo does)`` for docs/layers.md."""
+    made_global = "exact: statistics over every rank's rows (one all-reduce each, forward and backward)"
+    return [(name, why, made_global if name in GLOBAL_GRAPH_NORMS else "refused at fit (more than one process)")
+            for name, why in sorted(_GRAPH_NORMS.items())]  # fmt: skip
 
 
 def supported_layers() -> dict[str, LayerKind]:
@@ -682,7 +684,8 @@ __all__ = [
     "class_propagate_fuses",
     "clear_caches",
     "graph_norm_table",
-    "graph_norm_warning",
+    "GLOBAL_GRAPH_NORMS",
+    "graph_norm_refusal",
     "graph_norms",
     "layer_table",
     "layer_kind",

@@ -54,6 +54,11 @@ class _AllSum(torch.autograd.Function):
         return ctx.all_sum(grad.contiguous().clone(), ctx.name), None, None
 
 
+def global_sum(values: Tensor, all_sum: AllSum, name: str) -> Tensor:
+    """``values`` summed over all ranks, differentiable: the gradient of every rank's copy is summed back."""
+    return _AllSum.apply(values, all_sum, name)
+
+
 def global_semantic_attention(
     xs: list[Tensor], q: Tensor, k_lin: Module, n_inner: int, all_sum: AllSum, name: str
 ) -> tuple[Optional[Tensor], Optional[Tensor]]:

@@ -736,5 +736,5 @@ def test_a_batch_norm_on_a_heterogeneous_partition_is_refused() -> None:
         ex.begin_step(True)
         net(parts[r])
 
-    with pytest.raises(UnsupportedLayerError, match="batch norm ran on a heterogeneous partition"):
+    with pytest.raises(UnsupportedLayerError, match="batch norm or graph norm ran on a heterogeneous partition"):
         on_threads(2, rank)

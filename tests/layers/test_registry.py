@@ -107,29 +107,31 @@ def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
 
 
 def test_every_pyg_norm_is_classified() -> None:
-    """A norm PyG adds later must be looked at: graph-wide (warned), batch (made global) or per node (exact)."""
+    """A norm PyG adds later must be looked at: graph-wide (made global or refused), batch (made global) or per
+    node (exact)."""
     import torch_geometric.nn.norm as pyg_norm
 
-    from lightning_halo.layers.registry import graph_norms
+    from lightning_halo.layers.registry import GLOBAL_GRAPH_NORMS, graph_norms
 
     exact = {"BatchNorm": "made global by layers/batchnorm.py", "MessageNorm": "per node",
-             "HeteroLayerNorm": "mode='node' only"}  # fmt: skip
+             "HeteroLayerNorm": "mode='node' only", "DiffGroupNorm": "its statistics are a BatchNorm1d's, made global"}  # fmt: skip
     assert set(pyg_norm.__all__) - set(graph_norms()) - set(exact) == set()
     assert set(graph_norms()) <= set(pyg_norm.__all__), "the registry names a class PyG does not have"
+    assert set(GLOBAL_GRAPH_NORMS) <= set(graph_norms())
 
 
-def test_graph_norm_warnings_name_the_instance_and_only_pygs_classes() -> None:
+def test_graph_norm_refusals_name_the_instance_and_only_pygs_classes_not_made_global() -> None:
     import torch
     import torch_geometric.nn.norm as pyg_norm
 
-    from lightning_halo.layers.registry import graph_norm_warning
+    from lightning_halo.layers.registry import graph_norm_refusal
 
-    assert "PairNorm): it centres" in graph_norm_warning("net.norm", pyg_norm.PairNorm())
-    assert graph_norm_warning("n", pyg_norm.GraphNorm(4)).startswith("n (torch_geometric GraphNorm)")
-    assert "mode='node'" in graph_norm_warning("n", pyg_norm.LayerNorm(4))  # graph mode is PyG's default
-    assert graph_norm_warning("n", pyg_norm.LayerNorm(4, mode="node")) is None
-    assert graph_norm_warning("n", pyg_norm.MessageNorm()) is None
-    assert graph_norm_warning("n", type("GraphNorm", (torch.nn.Module,), {})()) is None, "a user's own class"
+    assert "HeteroBatchNorm): its per-type" in graph_norm_refusal("net.norm", pyg_norm.HeteroBatchNorm(4, num_types=2))
+    for made_global in (pyg_norm.PairNorm(), pyg_norm.GraphNorm(4), pyg_norm.LayerNorm(4), pyg_norm.InstanceNorm(4),
+                        pyg_norm.MeanSubtractionNorm(), pyg_norm.GraphSizeNorm(), pyg_norm.LayerNorm(4, mode="node")):  # fmt: skip
+        assert graph_norm_refusal("n", made_global) is None, made_global
+    assert graph_norm_refusal("n", pyg_norm.MessageNorm()) is None
+    assert graph_norm_refusal("n", type("HeteroBatchNorm", (torch.nn.Module,), {})()) is None, "a user's own class"
 
 
 def test_reasons_keep_their_words() -> None:

@@ -64,16 +64,16 @@ def test_unsupported_model_is_refused_before_anything_is_partitioned(tmp_path) -
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "METIS ran for nothing"
 
 
-def test_graph_mode_layer_norm_warning_names_the_exact_alternative(recwarn) -> None:
-    class TwoRanks(HaloQuantStrategy):
-        world_size = 2  # what the warning depends on; no processes needed
+def test_a_graph_norm_that_is_not_made_global_is_refused_at_more_than_one_process() -> None:
+    from torch_geometric.nn import HeteroBatchNorm
 
-    model = _Module(GCNConv(8, 3), LayerNorm(3, mode="graph"))
-    with pytest.warns(UserWarning, match=r"norm_kwargs=\{'mode': 'node'\}"):
-        TwoRanks(bits=32)._warn_graph_norms(model)
-    recwarn.clear()
-    HaloQuantStrategy(bits=32)._warn_graph_norms(model)  # one process: the partition is the whole graph
-    assert not [w for w in recwarn if "LayerNorm" in str(w.message)]
+    class TwoRanks(HaloQuantStrategy):
+        world_size = 2  # what the refusal depends on; no processes needed
+
+    with pytest.raises(UnsupportedLayerError, match=r"norm \(torch_geometric HeteroBatchNorm\): its per-type batch"):
+        TwoRanks(bits=32)._refuse_graph_norms(_Module(GCNConv(8, 3), HeteroBatchNorm(3, num_types=2)))
+    TwoRanks(bits=32)._refuse_graph_norms(_Module(GCNConv(8, 3), LayerNorm(3, mode="graph")))  # made global
+    HaloQuantStrategy(bits=32)._refuse_graph_norms(_Module(GCNConv(8, 3), HeteroBatchNorm(3, num_types=2)))  # one process
 
 
 def test_scale_loss_options() -> None:

@@ -1,0 +1,162 @@
+r"""PyG's graph-wide normalisations over the nodes of *all* partitions: exact on every backend.
+
+``LayerNorm`` in ``mode="graph"`` (the default, and ``norm="layer_norm"`` in
+``torch_geometric.nn.models``), ``GraphNorm``, ``InstanceNorm``, ``PairNorm``,
+``MeanSubtractionNorm`` and ``GraphSizeNorm`` normalise with statistics over every node of the
+graph they are given. In full-graph training that graph is the whole graph; on a partition it
+would be the rank's own nodes. Each statistic here is a sum over the rows of every rank: one
+all-reduce of :math:`\sum_i x_i` (and of a sum of squares where the norm divides by a spread),
+differentiable (its backward is the all-reduce of the gradient), so forward and backward equal
+single-process PyG, the norm's own formula term by term:
+
+.. math::
+    \text{LayerNorm:}\quad \frac{x - \mu}{\sigma + \epsilon}\odot\gamma + \beta,\qquad
+    \mu = \frac{1}{NC}\sum_{i,c} x_{ic},\quad \sigma^2 = \frac{1}{NC}\sum_{i,c}(x_{ic}-\mu)^2
+
+    \text{GraphNorm:}\quad \gamma\odot\frac{x - \alpha\odot\mu}{\sqrt{\operatorname{Var}(x - \alpha\odot\mu) + \epsilon}}
+    + \beta,\qquad \mu = \frac{1}{N}\sum_i x_i
+
+with :math:`N` the node count of the whole graph (the rows of all ranks). ``InstanceNorm``
+(one graph: per channel over the nodes) is a batch norm of the node rows and keeps its running
+statistics as PyG does. ``PairNorm`` centres with the global mean and scales with the global mean
+squared norm (or each row's own, ``scale_individually=True``); ``GraphSizeNorm`` divides by
+:math:`\sqrt{N}`.
+
+The rows must each be counted once over the ranks: a partition's inner nodes or a per-node subset
+of them. A call on the inner *and* halo rows is refused, as is a ``batch`` vector of several
+graphs (a partition of full-graph training holds one). :class:`GraphNormHook` replaces the
+module's ``forward`` while a partition is bound (:class:`~lightning_halo.HaloQuantStrategy`
+installs it on every such norm of the model).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from lightning_halo.layers.batchnorm import AllSum, NormCall, global_batch_norm
+from lightning_halo.layers.registry import GLOBAL_GRAPH_NORMS, UnsupportedLayerError
+from lightning_halo.layers.semantic import global_sum
+
+
+def is_global_graph_norm(module: Module) -> bool:
+    """Whether ``module`` is one of PyG's graph-wide norms that :class:`GraphNormHook` runs over every rank's rows
+    (a ``LayerNorm`` only in ``mode="graph"``; a user's class of the same name is not PyG's).
+
+    Example:
+        >>> from torch_geometric.nn import LayerNorm, PairNorm
+        >>> is_global_graph_norm(PairNorm()), is_global_graph_norm(LayerNorm(4, mode="node"))
+        (True, False)
+    """
+    cls = type(module)
+    if cls.__name__ not in GLOBAL_GRAPH_NORMS or not cls.__module__.startswith("torch_geometric"):
+        return False
+    return cls.__name__ != "LayerNorm" or getattr(module, "mode", "graph") == "graph"
+
+
+def global_graph_norm(x: Tensor, module: Module, name: str, all_sum: AllSum) -> Tensor:
+    """``module`` (one of :data:`~lightning_halo.layers.registry.GLOBAL_GRAPH_NORMS`, no ``batch``) applied to this rank's rows ``x`` ``[n, C]``
+    with the statistics of every rank's rows, as PyG computes it on the whole graph. Every rank must call it
+    alike: one or two differentiable all-reduces."""
+    cls = type(module).__name__
+
+    def total(v: Tensor) -> Tensor:
+        return global_sum(v, all_sum, name)
+
+    n = float(all_sum(torch.tensor([float(x.size(0))], dtype=torch.float64, device=x.device), name)[0])
+    if cls == "GraphSizeNorm":
+        return x * (n ** -0.5)
+    if cls == "InstanceNorm":
+        return _instance_norm(x, module, NormCall(name, float(module.eps), all_sum))
+    if cls == "LayerNorm":
+        count = n * x.size(-1)
+        centred = x - total(x.sum().reshape(1)) / count
+        std = (total(centred.square().sum().reshape(1)) / count).sqrt()
+        out = centred / (std + module.eps)
+        if module.weight is not None and module.bias is not None:
+            out = out * module.weight + module.bias
+        return out
+    mean = total(x.sum(0, keepdim=True)) / n
+    if cls == "MeanSubtractionNorm":
+        return x - mean
+    if cls == "GraphNorm":
+        out = x - mean * module.mean_scale
+        std = (total(out.square().sum(0, keepdim=True)) / n + module.eps).sqrt()
+        return module.weight * out / std + module.bias
+    # PairNorm
+    centred = x - mean
+    if module.scale_individually:
+        return module.scale * centred / (module.eps + centred.norm(2, -1, keepdim=True))
+    return module.scale * centred / (module.eps + total(centred.square().sum().reshape(1)) / n).sqrt()
+
+
+def _instance_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:
+    """PyG's ``InstanceNorm`` of one graph: a batch norm of the node rows (``[N, C]``), input statistics in training
+    or without running statistics; the running statistics updated as ``F.instance_norm`` does (no batch count)."""
+    if not (module.training or not module.track_running_stats):
+        return type(module).forward(module, x)  # running statistics: per node, no collective
+    if module.momentum is None:
+        raise UnsupportedLayerError(f"graph norm '{call.name}' (InstanceNorm) has momentum=None, which PyG's own call "
+                                    "does not take either; give it a momentum")  # fmt: skip
+    saved = module.num_batches_tracked if hasattr(module, "num_batches_tracked") else None
+    if saved is not None:
+        saved = saved.clone()
+    out = global_batch_norm(x, module, call)
+    if saved is not None:
+        module.num_batches_tracked.copy_(saved)  # F.instance_norm does not count batches
+    return out
+
+
+class GraphNormHook:
+    """Runs one of PyG's graph-wide norms with the statistics of every partition's rows while ``rows()`` says a
+    partition is bound.
+
+    The module's ``forward`` is replaced on the instance (its parameters, buffers and state dict stay what
+    they are) and put back by :meth:`remove`.
+
+    Args:
+        module (Module): a PyG norm for which :func:`is_global_graph_norm` holds.
+        name (str): its qualified name (for errors and traffic).
+        rows (callable): ``None`` when no partition is bound (the module runs as it is), else the partition's
+            ``(n_inner, n_halo)`` and the all-reduce.
+    """
+
+    def __init__(self, module: Module, name: str, rows: Callable[[], Optional[tuple[int, int, AllSum]]]) -> None:
+        self.module, self.name, self.rows = module, name, rows
+
+    def install(self) -> GraphNormHook:
+        self.module.forward = self._forward
+        return self
+
+    def remove(self) -> None:
+        self.module.__dict__.pop("forward", None)
+
+    def _forward(self, x: Tensor, batch: Optional[Tensor] = None, *args: Any, **kwargs: Any) -> Tensor:
+        module, bound = self.module, self.rows()
+        if bound is None:
+            return type(module).forward(module, x, batch, *args, **kwargs)
+        cls = type(module).__name__
+        if batch is not None and bool((batch != 0).any()):
+            raise UnsupportedLayerError(
+                f"graph norm '{self.name}' ({cls}) was called with a batch vector of several graphs: a partition of "
+                "full-graph training holds one graph, and lightning-halo makes graph norms global over it only. Call "
+                "it without batch"
+            )
+        n_inner, n_halo, all_sum = bound
+        if x.dim() != 2:
+            raise UnsupportedLayerError(f"graph norm '{self.name}' ({cls}) expects node rows [N, C], got {list(x.shape)}")
+        if n_halo and x.size(0) == n_inner + n_halo:
+            raise UnsupportedLayerError(
+                f"graph norm '{self.name}' ({cls}) was called on {x.size(0)} rows, the partition's inner and halo "
+                "nodes: the halo rows belong to other ranks, so they would be counted twice. Apply it to the inner "
+                "rows (a layer's output, batch.x, or a per-node subset of them)."
+            )
+        return global_graph_norm(x, module, self.name, all_sum)
+
+
+def find_graph_norms(model: Module) -> dict[str, Module]:
+    """Every PyG graph-wide norm of ``model`` that :class:`GraphNormHook` makes global, by qualified name."""
+    return {name: m for name, m in model.named_modules() if is_global_graph_norm(m)}
