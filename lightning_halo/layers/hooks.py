@@ -25,6 +25,7 @@ from lightning_halo._compat.torch import compiled_function, compiled_original
 from lightning_halo.exchange import Direction, HaloExchanger
 from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.exchange.plan import type_plan_key
+from lightning_halo.layers.aggregations import QuantileGuard, find_quantile_aggregations
 from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
 from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
@@ -360,6 +361,7 @@ class LayerHook:
         self._stack: list[Optional[_Running | HeteroRunning]] = []
         self._hetero_propagations = 0
         self._handles: list[Any] = []
+        self._guards: list[QuantileGuard] = []
         self._first_cached = _FirstCachedCall()
         sig = _signature(module)
         if spec.kind == "types":
@@ -377,12 +379,14 @@ class LayerHook:
             self.module.register_forward_hook(self._post, with_kwargs=True, always_call=True),
             self.module.register_propagate_forward_pre_hook(self._propagate),  # type: ignore[operator]
         ]
+        # PyG's quantile aggregations fail where a call's first node has no message: on partitions that can be any
+        self._guards = [QuantileGuard(a, lambda: self.ctx.bound).install() for a in find_quantile_aggregations(self.module)]
         return self
 
     def remove(self) -> None:
-        for h in self._handles:
+        for h in [*self._handles, *self._guards]:
             h.remove()
-        self._handles = []
+        self._handles, self._guards = [], []
         self._first_cached = _FirstCachedCall()
         clear_caches(self.module)  # a partition's partial results must not outlive the run
 

@@ -37,6 +37,7 @@ class _Homogeneous(nn.Module):
             "sage": lambda d: gnn.SAGEConv((-1, -1), d),
             "gat": lambda d: gnn.GATConv((-1, -1), d, heads=2, concat=False, add_self_loops=False),
             "gin": lambda d: gnn.GraphConv((-1, -1), d, aggr="max"),
+            "median": lambda d: gnn.SAGEConv((-1, -1), d, aggr="median"),  # PyG's fails where a call's first node has no message
         }[kind]
         self.c1, self.c2 = make(8), make(classes)
 
@@ -176,6 +177,7 @@ def _model(name: str, data) -> nn.Module:
         "to_hetero(sage, sum)": lambda: ToHetero("sage", meta, "sum"),
         "to_hetero(gat, mean)": lambda: ToHetero("gat", meta, "mean"),
         "to_hetero(graphconv-max, sum)": lambda: ToHetero("gin", meta, "sum"),
+        "to_hetero(sage-median, sum)": lambda: ToHetero("median", meta, "sum"),
         "heteroconv(mixed)": Mixed,
         "heteroconv(rows and partial sums)": RowsAndSums,
         "hgt": lambda: HGT(meta),
@@ -186,7 +188,8 @@ def _model(name: str, data) -> nn.Module:
     return model
 
 
-MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "heteroconv(mixed)",
+MODELS = ["to_hetero(sage, sum)", "to_hetero(gat, mean)", "to_hetero(graphconv-max, sum)", "to_hetero(sage-median, sum)",
+          "heteroconv(mixed)",
           "heteroconv(rows and partial sums)", "hgt", "han"]
 
 
