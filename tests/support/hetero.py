@@ -107,7 +107,7 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
     import copy
 
     from lightning_halo.exchange import HaloExchanger
-    from lightning_halo.layers.hooks import LayerContext, install_hooks
+    from lightning_halo.layers.hooks import LayerContext, install_batch_norms, install_hooks
     from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
     from lightning_halo.testing import ThreadGroup
     from tests.support.threaded import on_threads
@@ -120,7 +120,7 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
         net = copy.deepcopy(model)
         ex = HaloExchanger(group.transport(r) if world_size > 1 else None, bits=bits, **(options or {}))
         ctx = LayerContext(ex, halo_reduction=halo_reduction)  # type: ignore[arg-type]
-        hooks = install_hooks(net, ctx)
+        hooks = [*install_hooks(net, ctx), *install_batch_norms(net, ctx)]  # as the strategy installs them
         part = parts[r]
         ex.bind(part)
         ctx.bind(part)
