@@ -1,6 +1,6 @@
 """What 1-bit halos cost heterogeneous models: test accuracy against 32 bits on HeCo's DBLP and ACM, 2 processes.
 
-    python -m benchmarks.hetero_accuracy --page docs/heterogeneous.md   # about 15 minutes on 2 cores
+    python -m benchmarks.hetero_accuracy --page docs/heterogeneous.md   # about 33 minutes on 2 cores
     python -m benchmarks.hetero_accuracy --epochs 20 --seeds 0 --datasets dblp   # a quick look
     python -m benchmarks.hetero_accuracy --convs han --merge --page docs/heterogeneous.md   # one model more
 
