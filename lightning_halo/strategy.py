@@ -30,7 +30,7 @@ from lightning_halo._compat.lightning import (
 )
 from lightning_halo.exchange import SYNC, DistTransport, HaloExchanger, HaloPolicy, TrafficMeter, check_signatures
 from lightning_halo.exchange.current import release_exchanger, use_exchanger
-from lightning_halo.layers.batchnorm import BatchNormHook
+from lightning_halo.layers.batchnorm import NormHook
 from lightning_halo.layers.call import Aggregation
 from lightning_halo.layers.hooks import (
     LayerContext,
@@ -313,7 +313,7 @@ class HaloQuantStrategy(DDPStrategy):
         self._state_callback: Any = None  # the HaloStateCallback attached at setup (its sync_epoch)
         self._halo_group: Any = None
         self._hooks: list[LayerHook] = []
-        self._norm_hooks: list[BatchNormHook] = []
+        self._norm_hooks: list[NormHook] = []
         self._reported: dict[str, str] = {}
 
     @property

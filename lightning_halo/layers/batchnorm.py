@@ -148,28 +148,40 @@ def _momentum(module: Module) -> float:
     return 0.0 if module.momentum is None else float(module.momentum)
 
 
-class BatchNormHook:
-    """Runs one batch norm of a model with global statistics while ``rows()`` says a partition is bound.
+#: ``rows()`` of a norm hook: ``None`` when no partition is bound, else its ``(n_inner, n_halo)`` and the all-reduce.
+NormRows = Callable[[], Optional[tuple[int, int, AllSum]]]
+
+
+class NormHook:
+    """Runs one norm of a model with the statistics of every partition's rows while ``rows()`` says a partition is
+    bound (a subclass's ``_forward``).
 
     The module's ``forward`` is replaced on the instance (its parameters, buffers and state
     dict stay what they are) and put back by :meth:`remove`.
 
     Args:
-        module (Module): a torch batch norm (``BATCH_NORM_BASE``).
+        module (Module): the norm.
         name (str): its qualified name (for errors and traffic).
         rows (callable): ``None`` when no partition is bound (the module runs as it is), else the
             partition's ``(n_inner, n_halo)`` and the :class:`NormCall`'s ``all_sum``.
     """
 
-    def __init__(self, module: Module, name: str, rows: Callable[[], Optional[tuple[int, int, AllSum]]]) -> None:
+    def __init__(self, module: Module, name: str, rows: NormRows) -> None:
         self.module, self.name, self.rows = module, name, rows
 
-    def install(self) -> BatchNormHook:
+    def install(self) -> NormHook:
         self.module.forward = self._forward
         return self
 
     def remove(self) -> None:
         self.module.__dict__.pop("forward", None)
+
+    def _forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        raise NotImplementedError
+
+
+class BatchNormHook(NormHook):
+    """A :class:`NormHook` for a torch batch norm (``BATCH_NORM_BASE``): :func:`global_batch_norm`."""
 
     def _forward(self, x: Tensor) -> Tensor:
         module, bound = self.module, self.rows()

@@ -31,13 +31,13 @@ installs it on every such norm of the model).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch.nn import Module
 
-from lightning_halo.layers.batchnorm import AllSum, NormCall, global_batch_norm
+from lightning_halo.layers.batchnorm import AllSum, NormCall, NormHook, global_batch_norm
 from lightning_halo.layers.registry import GLOBAL_GRAPH_NORMS, UnsupportedLayerError
 from lightning_halo.layers.semantic import global_sum
 
@@ -110,29 +110,9 @@ def _instance_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:
     return out
 
 
-class GraphNormHook:
-    """Runs one of PyG's graph-wide norms with the statistics of every partition's rows while ``rows()`` says a
-    partition is bound.
-
-    The module's ``forward`` is replaced on the instance (its parameters, buffers and state dict stay what
-    they are) and put back by :meth:`remove`.
-
-    Args:
-        module (Module): a PyG norm for which :func:`is_global_graph_norm` holds.
-        name (str): its qualified name (for errors and traffic).
-        rows (callable): ``None`` when no partition is bound (the module runs as it is), else the partition's
-            ``(n_inner, n_halo)`` and the all-reduce.
-    """
-
-    def __init__(self, module: Module, name: str, rows: Callable[[], Optional[tuple[int, int, AllSum]]]) -> None:
-        self.module, self.name, self.rows = module, name, rows
-
-    def install(self) -> GraphNormHook:
-        self.module.forward = self._forward
-        return self
-
-    def remove(self) -> None:
-        self.module.__dict__.pop("forward", None)
+class GraphNormHook(NormHook):
+    """A :class:`~lightning_halo.layers.batchnorm.NormHook` for one of PyG's graph-wide norms
+    (:func:`is_global_graph_norm`): :func:`global_graph_norm`."""
 
     def _forward(self, x: Tensor, batch: Optional[Tensor] = None, *args: Any, **kwargs: Any) -> Tensor:
         module, bound = self.module, self.rows()

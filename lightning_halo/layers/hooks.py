@@ -27,7 +27,7 @@ from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.exchange.plan import type_plan_key
 from lightning_halo.layers.aggregations import QuantileGuard, find_quantile_aggregations
 from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
-from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, find_batch_norms
+from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, NormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
@@ -571,10 +571,10 @@ def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
     return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
 
 
-def install_batch_norms(model: Module, ctx: LayerContext) -> list[BatchNormHook | GraphNormHook]:
+def install_batch_norms(model: Module, ctx: LayerContext) -> list[NormHook]:
     """Make every batch norm of ``model``, and every graph-wide PyG norm, normalise over the nodes of all
     partitions (:mod:`lightning_halo.layers.batchnorm`, :mod:`lightning_halo.layers.graphnorm`)."""
-    hooks: list[BatchNormHook | GraphNormHook] = [
+    hooks: list[NormHook] = [
         BatchNormHook(module, name, ctx.norm_rows).install() for name, module in find_batch_norms(model).items()
     ]
     return hooks + [GraphNormHook(module, name, ctx.norm_rows).install() for name, module in find_graph_norms(model).items()]

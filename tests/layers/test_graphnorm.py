@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn import GCNConv
 from torch_geometric.nn import models as pyg_models
 from torch_geometric.nn import norm as pyg_norm
 
 from lightning_halo.layers import UnsupportedLayerError
 from lightning_halo.layers.graphnorm import find_graph_norms, global_graph_norm, is_global_graph_norm
 from tests.support.graphs import awkward_graph
+from tests.support.models import NormNet, assert_norm_run_matches
 from tests.support.threaded import on_wires, reference, run_threaded
-
-
-class NormNet(nn.Module):
-    """conv -> norm -> relu -> conv: the norm's input needs gradients, its output feeds a halo exchange."""
-
-    def __init__(self, d_in: int, n_cls: int, norm: nn.Module, hidden: int = 8) -> None:
-        super().__init__()
-        self.conv1, self.norm, self.conv2 = GCNConv(d_in, hidden), norm, SAGEConv(hidden, n_cls)
-
-    def forward(self, x, edge_index):
-        return self.conv2(F.relu(self.norm(self.conv1(x, edge_index))), edge_index)
-
 
 NORMS = {
     "LayerNorm (graph)": lambda: pyg_norm.LayerNorm(8),
@@ -57,16 +45,7 @@ def test_graph_norm_equals_single_process(norm: str, world_size: int) -> None:
     """Logits, loss, gradients and running statistics after three steps, as one process computes them."""
     data = awkward_graph(world_size)
     model = _net(data, NORMS[norm]())
-    got = run_threaded(model, data, world_size, steps=3)
-    ref = reference(model, data, steps=3)
-    torch.testing.assert_close(got["out"], ref["out"], atol=1e-9, rtol=1e-7)
-    assert set(got["grad"]) == set(ref["grad"])
-    for k, g in ref["grad"].items():
-        torch.testing.assert_close(got["grad"][k], g, atol=1e-9, rtol=1e-7, msg=lambda m: f"grad {k}: {m}")
-    for rank in got["ranks"]:
-        assert set(rank["buffers"]) == set(ref["buffers"])
-        for k, b in ref["buffers"].items():
-            torch.testing.assert_close(rank["buffers"][k], b, atol=1e-9, rtol=1e-7, msg=lambda m: f"buffer {k}: {m}")
+    assert_norm_run_matches(run_threaded(model, data, world_size, steps=3), reference(model, data, steps=3))
 
 
 @pytest.mark.parametrize("kind", ["layer_norm", "graph_norm", "instance_norm"])

@@ -54,6 +54,29 @@ class Net(nn.Module):
         return x
 
 
+class NormNet(nn.Module):
+    """conv -> norm -> relu -> conv: the norm's input needs gradients, its output feeds a halo exchange."""
+
+    def __init__(self, d_in: int, n_cls: int, norm: nn.Module, hidden: int = 8) -> None:
+        super().__init__()
+        self.conv1, self.norm, self.conv2 = GCNConv(d_in, hidden), norm, SAGEConv(hidden, n_cls)
+
+    def forward(self, x, edge_index):
+        return self.conv2(F.relu(self.norm(self.conv1(x, edge_index))), edge_index)
+
+
+def assert_norm_run_matches(got: dict, ref: dict, atol: float = 1e-9, rtol: float = 1e-7) -> None:
+    """Threaded ranks (``run_threaded``) against ``reference``: logits, every gradient and every rank's buffers."""
+    torch.testing.assert_close(got["out"], ref["out"], atol=atol, rtol=rtol)
+    assert set(got["grad"]) == set(ref["grad"])
+    for k, g in ref["grad"].items():
+        torch.testing.assert_close(got["grad"][k], g, atol=atol, rtol=rtol, msg=lambda m: f"grad {k}: {m}")
+    for rank in got["ranks"]:
+        assert set(rank["buffers"]) == set(ref["buffers"])
+        for k, b in ref["buffers"].items():
+            torch.testing.assert_close(rank["buffers"][k], b, atol=atol, rtol=rtol, msg=lambda m: f"buffer {k}: {m}")
+
+
 class EmbNet(nn.Module):
     """A learnable embedding per node beside the features, looked up by global id: ``emb(n_id)``.
 
