@@ -148,8 +148,43 @@ def _momentum(module: Module) -> float:
     return 0.0 if module.momentum is None else float(module.momentum)
 
 
-#: ``rows()`` of a norm hook: ``None`` when no partition is bound, else its ``(n_inner, n_halo)`` and the all-reduce.
-NormRows = Callable[[], Optional[tuple[int, int, AllSum]]]
+@dataclass(frozen=True)
+class BoundRows:
+    """What a norm needs while a partition is bound: the all-reduce, and the row counts that tell a call on a node
+    set's inner rows (each counted once over the ranks) from one on its inner *and* halo rows (counted twice).
+
+    Args:
+        all_sum (AllSum): sums over all ranks.
+        inner (frozenset): each node set's inner row count (one set on a homogeneous partition, one per node type
+            on a heterogeneous one).
+        local (dict): inner and halo row count -> the node set's name, for each node set with halo rows.
+    """
+
+    all_sum: AllSum
+    inner: frozenset[int]
+    local: dict[int, str]
+
+    def check(self, rows: int, what: str) -> None:
+        """Refuse a call of ``what`` on ``rows`` rows that are, or may be, a node set's inner and halo rows."""
+        owner = self.local.get(rows)
+        if owner is None:
+            return
+        if rows in self.inner:
+            raise UnsupportedLayerError(
+                f"{what} was called on {rows} rows: on this rank that is the inner row count of one node type and the "
+                f"inner and halo row count of {owner} alike, so lightning-halo cannot tell whether halo rows, which "
+                "belong to other ranks, would be counted twice. Use another number of processes, or a node-wise norm "
+                "(LayerNorm(mode='node'))"
+            )
+        raise UnsupportedLayerError(
+            f"{what} was called on {rows} rows, the partition's inner and halo nodes{owner and ' of ' + owner}: the "
+            "halo rows belong to other ranks, so they would be counted twice. Apply it to the inner rows (a layer's "
+            "output, batch.x, or a per-node subset of them)."
+        )
+
+
+#: ``rows()`` of a norm hook: ``None`` when no partition is bound (or one process), else :class:`BoundRows`.
+NormRows = Callable[[], Optional[BoundRows]]
 
 
 class NormHook:
@@ -162,8 +197,8 @@ class NormHook:
     Args:
         module (Module): the norm.
         name (str): its qualified name (for errors and traffic).
-        rows (callable): ``None`` when no partition is bound (the module runs as it is), else the
-            partition's ``(n_inner, n_halo)`` and the :class:`NormCall`'s ``all_sum``.
+        rows (callable): ``None`` when no partition is bound (the module runs as it is), else its
+            :class:`BoundRows`.
     """
 
     def __init__(self, module: Module, name: str, rows: NormRows) -> None:
@@ -187,14 +222,8 @@ class BatchNormHook(NormHook):
         module, bound = self.module, self.rows()
         if bound is None:
             return type(module).forward(module, x)
-        n_inner, n_halo, all_sum = bound
-        if n_halo and x.size(0) == n_inner + n_halo:
-            raise UnsupportedLayerError(
-                f"batch norm '{self.name}' was called on {x.size(0)} rows, the partition's inner and halo nodes: the "
-                "halo rows belong to other ranks, so they would be counted twice. Apply it to the inner rows (a "
-                "layer's output, batch.x, or a per-node subset of them)."
-            )
-        return global_batch_norm(x, module, NormCall(self.name, float(module.eps), all_sum))
+        bound.check(x.size(0), f"batch norm '{self.name}'")
+        return global_batch_norm(x, module, NormCall(self.name, float(module.eps), bound.all_sum))
 
 
 def find_batch_norms(model: Module) -> dict[str, Module]:

@@ -125,16 +125,10 @@ class GraphNormHook(NormHook):
                 "full-graph training holds one graph, and lightning-halo makes graph norms global over it only. Call "
                 "it without batch"
             )
-        n_inner, n_halo, all_sum = bound
         if x.dim() != 2:
             raise UnsupportedLayerError(f"graph norm '{self.name}' ({cls}) expects node rows [N, C], got {list(x.shape)}")
-        if n_halo and x.size(0) == n_inner + n_halo:
-            raise UnsupportedLayerError(
-                f"graph norm '{self.name}' ({cls}) was called on {x.size(0)} rows, the partition's inner and halo "
-                "nodes: the halo rows belong to other ranks, so they would be counted twice. Apply it to the inner "
-                "rows (a layer's output, batch.x, or a per-node subset of them)."
-            )
-        return global_graph_norm(x, module, self.name, all_sum)
+        bound.check(x.size(0), f"graph norm '{self.name}' ({cls})")
+        return global_graph_norm(x, module, self.name, bound.all_sum)
 
 
 def find_graph_norms(model: Module) -> dict[str, Module]:

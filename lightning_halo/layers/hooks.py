@@ -27,7 +27,7 @@ from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.exchange.plan import type_plan_key
 from lightning_halo.layers.aggregations import QuantileGuard, find_quantile_aggregations
 from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
-from lightning_halo.layers.batchnorm import AllSum, BatchNormHook, NormHook, find_batch_norms
+from lightning_halo.layers.batchnorm import BatchNormHook, BoundRows, NormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
 from lightning_halo.layers.fused import FusedAdjacency
@@ -144,19 +144,20 @@ class LayerContext:
     def bound(self) -> bool:
         return (self.edges is not None or self.hetero is not None) and self.exchanger.bound
 
-    def norm_rows(self) -> Optional[tuple[int, int, AllSum]]:
-        """What a batch norm needs to be global: the partition's inner and halo row counts and the
-        all-reduce; ``None`` when nothing is to be shared (no partition bound, or one process)."""
+    def norm_rows(self) -> Optional[BoundRows]:
+        """What a batch or graph norm needs to be global (:class:`~lightning_halo.layers.batchnorm.BoundRows`):
+        the all-reduce and the row counts of the partition's node sets (one per node type on a heterogeneous
+        partition); ``None`` when nothing is to be shared (no partition bound, or one process)."""
         if not self.exchanger.active:
             return None
         if self.hetero is not None:
-            raise UnsupportedLayerError(
-                "a batch norm or graph norm ran on a heterogeneous partition: its statistics would be over this rank's "
-                "nodes of one type, and lightning-halo makes them global on homogeneous partitions only so far; use "
-                "LayerNorm(mode='node') or no norm"
-            )
+            part = self.hetero
+            counts = {t: (int(part[t].n_inner), int(part[t].num_nodes)) for t in part.node_types}
+            return BoundRows(self.collectives.all_sum, frozenset(n for n, _ in counts.values()),
+                             {local: f"type {t!r}" for t, (n, local) in counts.items() if local > n})  # fmt: skip
         plan = self.exchanger.plan()
-        return plan.n_inner, plan.n_halo, self.collectives.all_sum
+        local = {plan.n_inner + plan.n_halo: ""} if plan.n_halo else {}
+        return BoundRows(self.collectives.all_sum, frozenset([plan.n_inner]), local)
 
     def fetch(
         self, x_inner: Tensor, layer: str, direction: Direction, exact: bool, route: Optional[CoverRoute] = None

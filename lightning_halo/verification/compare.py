@@ -86,6 +86,8 @@ class VerifyReport:
         strategy (str, optional): the strategy both runs used, as the ranks built it
             (``HaloQuantStrategy(bits=32, ...)``, its options that are not their defaults).
         notes (list): anything else worth knowing (e.g. why it ran in float32).
+        unused (list): parameters that get no gradient from the loss, where gradients differ and DDP runs without
+            ``find_unused_parameters``: it leaves the gradients that share their buckets unreduced.
 
     Example:
         >>> report = verify(model, dm, devices=2)  # doctest: +SKIP
@@ -106,6 +108,7 @@ class VerifyReport:
     not_compared: list[str] = field(default_factory=list)
     strategy: Optional[str] = None
     notes: list[str] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -131,15 +134,26 @@ class VerifyReport:
             lines.append(f"  gradients differ: {len(self.grads_differ)} parameter(s): {shown}")
         if self.first_difference is not None:
             lines.append(f"  {self.first_difference.explain()}.")
+        elif self.unused:
+            lines.append(
+                f"  {len(self.unused)} parameter(s) get no gradient from this loss ({_shown(self.unused)}): DDP then "
+                "leaves the gradients that share their buckets unreduced on each rank (training would stop at the "
+                "next step). Pass HaloQuantStrategy(find_unused_parameters=True), or leave out what the loss does "
+                "not read."
+            )
         elif not self.ok and self.error is None and head == "NOT exact":
             lines.append(
                 "  every module's output matched, so the difference arises after the last module: in forward or "
                 "training_step (a loss or a value over all rows, e.g. out.mean(), a pool of the output)."
             )
-        if not self.ok and self.error is None and head == "NOT exact":
+        if not self.ok and self.error is None and head == "NOT exact" and not self.unused:
             lines.append(f"  What code outside the layers must do on a partition: {DOCS}")
         lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def tolerances(dtype: torch.dtype, rtol: Optional[float] = None, atol: Optional[float] = None) -> tuple[float, float]:
@@ -402,6 +416,19 @@ def compare_step(
     for name, g in ref_rec["grads"].items():
         if not all(name in r["grads"] and close(r["grads"][name], g, rtol, atol) for r in recs):
             report.grads_differ.append(name)
-    report.grads_differ += sorted({n for r in recs for n in r["grads"]} - set(ref_rec["grads"]))
+    # A layer whose output reaches the loss only through the exchange is tied in with weight 0 on partitions (so
+    # backward reaches every peer): a zero gradient where one process has none, the same step but for weight decay.
+    extra = sorted({n for r in recs for n in r["grads"]} - set(ref_rec["grads"]))
+    zero = [n for n in extra if all(n not in r["grads"] or not r["grads"][n].any() for r in recs)]
+    report.grads_differ += [n for n in extra if n not in zero]
+    if zero:
+        report.notes.append(
+            f"{len(zero)} parameter(s) get a zero gradient on partitions and none on one process ({_shown(zero)}): "
+            "their layer's output does not reach the loss; the step is the same, except that weight decay applies "
+            "to them on partitions"
+        )
+    unused = ref_rec.get("no_grad", [])
+    if unused and report.grads_differ and not ref_rec.get("strategy", {}).get("find_unused_parameters", False):
+        report.unused = list(unused)
     report.ok = loss_ok and not report.grads_differ and report.first_difference is None and not report.not_compared
     return report

@@ -139,6 +139,8 @@ class StepRecorder(pl.Callback):
         for name, p in pl_module.named_parameters():
             if p.grad is not None:
                 self.record["grads"][name] = p.grad.detach().cpu().clone()
+            elif p.requires_grad:
+                self.record.setdefault("no_grad", []).append(name)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:

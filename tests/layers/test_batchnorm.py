@@ -12,7 +12,7 @@ from torch_geometric.nn.norm import BatchNorm as PygBatchNorm
 from lightning_halo.exchange import TrafficMeter
 from lightning_halo.exchange.wire import SoloTransport, Wire
 from lightning_halo.layers import UnsupportedLayerError
-from lightning_halo.layers.batchnorm import BatchNormHook, NormCall, find_batch_norms, global_batch_norm
+from lightning_halo.layers.batchnorm import BatchNormHook, BoundRows, NormCall, find_batch_norms, global_batch_norm
 from tests.support.graphs import awkward_graph, cora
 from tests.support.models import NormNet, assert_norm_run_matches
 from tests.support.threaded import on_threads, on_wires, reference, run_threaded
@@ -125,8 +125,12 @@ def test_the_hook_refuses_inner_and_halo_rows_and_steps_aside_when_unbound() -> 
     hook = BatchNormHook(bn, "norm", lambda: bound[0]).install()
     x = torch.randn(7, 3, dtype=torch.float64)
     torch.testing.assert_close(bn(x), nn.BatchNorm1d(3).double()(x))  # no partition bound: torch's own
-    bound[0] = (5, 2, lambda t, name: t)
-    with pytest.raises(UnsupportedLayerError, match="inner and halo nodes"):
+    bound[0] = BoundRows(lambda t, name: t, frozenset([5]), {7: ""})  # 5 inner rows and 2 halo rows
+    with pytest.raises(UnsupportedLayerError, match="inner and halo nodes: the halo rows"):
+        bn(x)
+    # a heterogeneous partition where 7 is one type's inner rows and another's inner and halo rows: no telling
+    bound[0] = BoundRows(lambda t, name: t, frozenset([7, 3]), {7: "type 'author'"})
+    with pytest.raises(UnsupportedLayerError, match="cannot tell whether halo rows"):
         bn(x)
     hook.remove()
     assert "forward" not in bn.__dict__

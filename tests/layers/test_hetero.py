@@ -710,34 +710,53 @@ def test_a_han_whose_forward_skips_pygs_semantic_attention_is_refused() -> None:
         run_threaded_hetero(model, data, 2, _forward, TARGET)
 
 
-def test_a_batch_norm_on_a_heterogeneous_partition_is_refused() -> None:
+class NormedToHetero(nn.Module):
+    """PyG's ``GraphSAGE`` with a norm between its layers, through ``to_hetero``: one norm per node type."""
+
+    def __init__(self, metadata, norm: str) -> None:
+        super().__init__()
+        from torch_geometric.nn.models import GraphSAGE
+
+        self.emb = nn.Embedding(7, 5)
+        self.net = to_hetero(GraphSAGE((-1, -1), 8, 2, 3, norm=norm), metadata)
+
+    def forward(self, batch):
+        x = dict(batch.x_dict)
+        x["venue"] = self.emb(_ids(batch, "venue"))
+        return self.net(x, batch.edge_index_dict)[TARGET]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("norm", ["batch_norm", "layer_norm", "graph_norm"])
+def test_norms_on_each_type_use_the_statistics_of_every_ranks_rows_of_that_type(norm: str, world_size: int) -> None:
+    """Batch norms (running statistics too) and graph norms of every node type, as single-process PyG computes them."""
+    data = generated_hetero()
+    torch.manual_seed(0)
+    model = NormedToHetero(data.metadata(), norm).double()
+    with torch.no_grad():
+        _forward(model, data)  # lazy parameters take their shapes
+    got = run_threaded_hetero(model, data, world_size, _forward, TARGET)
+    ref = hetero_reference(model, data, _forward, TARGET)
+    assert_same(without_zero_extras(got, ref), ref, what=f"to_hetero(GraphSAGE(norm={norm!r})) at {world_size} ranks")
+    for rank in got["ranks"]:
+        assert set(rank["buffers"]) == set(ref["buffers"])
+        for k, b in ref["buffers"].items():
+            torch.testing.assert_close(rank["buffers"][k], b, atol=1e-9, rtol=1e-7, msg=lambda m: f"buffer {k}: {m}")
+
+
+def test_a_norm_on_a_types_inner_and_halo_rows_is_refused() -> None:
+    from lightning_halo.partition.hetero import local_features
+
     class Normed(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv, self.norm = gnn.SAGEConv((4, 6), 3), nn.BatchNorm1d(3)
+            self.conv, self.norm = gnn.SAGEConv((4, 6), 3), nn.BatchNorm1d(6)
 
         def forward(self, batch):
-            x = (batch["author"].x, batch["paper"].x)
-            return self.norm(self.conv(x, batch["author", "writes", "paper"].edge_index))
+            rows = local_features(batch["paper"])  # every local paper row, its halo too
+            x = (batch["author"].x, self.norm(rows)[: batch["paper"].x.size(0)])
+            return self.conv(x, batch["author", "writes", "paper"].edge_index)
 
     data = generated_hetero()
-    from lightning_halo.exchange import HaloExchanger
-    from lightning_halo.layers.hooks import LayerContext, install_batch_norms, install_hooks
-    from lightning_halo.partition.hetero import assign_hetero_parts, build_hetero_partitions
-    from lightning_halo.testing import ThreadGroup
-    from tests.support.threaded import on_threads
-
-    parts = build_hetero_partitions(data, assign_hetero_parts(data, 2))
-    group = ThreadGroup(2, timeout=20)
-
-    def rank(r: int) -> None:
-        net = Normed().double()
-        ex = HaloExchanger(group.transport(r), bits=32)
-        ctx = LayerContext(ex)
-        install_hooks(net, ctx), install_batch_norms(net, ctx)
-        ex.bind(parts[r]), ctx.bind(parts[r])
-        ex.begin_step(True)
-        net(parts[r])
-
-    with pytest.raises(UnsupportedLayerError, match="batch norm or graph norm ran on a heterogeneous partition"):
-        on_threads(2, rank)
+    with pytest.raises(UnsupportedLayerError, match="inner and halo nodes of type 'paper'"):
+        run_threaded_hetero(Normed().double(), data, 2, _forward, TARGET)

@@ -92,7 +92,8 @@ def hetero_reference(model, data: HeteroData, forward, target: str) -> dict:
     loss = hetero_loss(out, data[target], int(data[target].train_mask.sum()))
     loss.backward()
     return {"out": out.detach(), "loss": float(loss.detach()),
-            "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}}  # fmt: skip
+            "grad": {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None},
+            "buffers": {k: b.clone() for k, b in model.named_buffers()}}  # fmt: skip
 
 
 def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, target: str, *, bits: int | str = 32,
@@ -138,7 +139,8 @@ def run_threaded_hetero(model, data: HeteroData, world_size: int, forward, targe
                 "grad": {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None},
                 "meter": dict(ex.meter.total), "slots": ex.slot_layers(), "choices": dict(ctx.choices),
                 "widths": ex.widths() if ex.adaptive_bits else [], "noise": ex.width_noise() if ex.adaptive_bits else [],
-                "reach": {k: ex.reach(k) for k in ex.plan_keys()}, "outs": outs, "decisions": ex.decisions()}  # fmt: skip
+                "reach": {k: ex.reach(k) for k in ex.plan_keys()}, "outs": outs, "decisions": ex.decisions(),
+                "buffers": {k: b.clone() for k, b in net.named_buffers()}}  # fmt: skip
 
     results = on_threads(world_size, rank_main, 90)
     n = data[target].num_nodes

@@ -72,3 +72,27 @@ def test_a_step_without_a_loss_is_not_compared_and_not_ok() -> None:
         assert "every module's output matched" not in text, "no difference was found: none is explained"
         missing["scaled_loss"] = 2.0 if missing is ref else 3.0
     assert compare_step(ref, ranks).ok
+
+
+def test_a_zero_gradient_where_one_process_has_none_is_the_same_step_with_a_note() -> None:
+    """A layer whose output reaches the loss only through the exchange gets a zero gradient on partitions."""
+    ref = record(torch.arange(6), [call("a", 1, 2, [X], [X])])
+    ranks = [record(ids, [call("a", 1, 2, [X[ids]], [X[ids]])]) for ids in N_ID]
+    for rank in ranks:
+        rank["grads"]["tied"] = torch.zeros(3)
+    report = compare_step(ref, ranks)
+    assert report.ok and report.grads_differ == [] and "1 parameter(s) get a zero gradient on partitions" in str(report)
+    ranks[1]["grads"]["tied"] = torch.ones(3)  # not zero: a real difference
+    assert compare_step(ref, ranks).grads_differ == ["tied"]
+
+
+def test_parameters_without_gradient_name_ddps_unreduced_buckets_and_the_fix() -> None:
+    ref = record(torch.arange(6), [call("a", 1, 2, [X], [X])])
+    ref["no_grad"] = ["head_b.weight", "head_b.bias"]
+    ranks = [record(ids, [call("a", 1, 2, [X[ids]], [X[ids]])], grad=0.5 + r) for r, ids in enumerate(N_ID)]  # unreduced
+    report = compare_step(ref, ranks)
+    assert not report.ok and report.unused == ["head_b.weight", "head_b.bias"]
+    assert "find_unused_parameters=True" in str(report) and "after the last module" not in str(report)
+    ref["strategy"] = {"find_unused_parameters": True}  # then the difference is something else
+    report = compare_step(ref, ranks)
+    assert report.unused == [] and "after the last module" in str(report)
