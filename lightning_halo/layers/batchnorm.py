@@ -33,6 +33,24 @@ from lightning_halo.layers.registry import UnsupportedLayerError
 AllSum = Callable[[Tensor, str], Tensor]
 
 
+class _AllSum(torch.autograd.Function):
+    """``values`` summed over all ranks; the gradient of each rank's copy summed back (every rank reads the sum)."""
+
+    @staticmethod
+    def forward(ctx: Any, values: Tensor, all_sum: AllSum, name: str) -> Tensor:  # type: ignore[override]
+        ctx.all_sum, ctx.name = all_sum, name
+        return all_sum(values.detach().clone(), name)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
+        return ctx.all_sum(grad.contiguous().clone(), ctx.name), None, None
+
+
+def global_sum(values: Tensor, all_sum: AllSum, name: str) -> Tensor:
+    """``values`` summed over all ranks, differentiable: the gradient of every rank's copy is summed back."""
+    return _AllSum.apply(values, all_sum, name)
+
+
 @dataclass(frozen=True)
 class NormCall:
     """One batch-norm call: its name, ``eps`` and how to sum over the ranks."""

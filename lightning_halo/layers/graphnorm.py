@@ -37,9 +37,8 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from lightning_halo.layers.batchnorm import AllSum, NormCall, NormHook, global_batch_norm
+from lightning_halo.layers.batchnorm import AllSum, NormCall, NormHook, global_batch_norm, global_sum
 from lightning_halo.layers.registry import GLOBAL_GRAPH_NORMS, UnsupportedLayerError
-from lightning_halo.layers.semantic import global_sum
 
 
 def is_global_graph_norm(module: Module) -> bool:
@@ -60,26 +59,34 @@ def is_global_graph_norm(module: Module) -> bool:
 def global_graph_norm(x: Tensor, module: Module, name: str, all_sum: AllSum) -> Tensor:
     """``module`` (one of :data:`~lightning_halo.layers.registry.GLOBAL_GRAPH_NORMS`, no ``batch``) applied to this rank's rows ``x`` ``[n, C]``
     with the statistics of every rank's rows, as PyG computes it on the whole graph. Every rank must call it
-    alike: one or two differentiable all-reduces."""
+    alike: one or two differentiable all-reduces (the row count rides on the first)."""
     cls = type(module).__name__
 
     def total(v: Tensor) -> Tensor:
         return global_sum(v, all_sum, name)
 
-    n = float(all_sum(torch.tensor([float(x.size(0))], dtype=torch.float64, device=x.device), name)[0])
-    if cls == "GraphSizeNorm":
-        return x * (n ** -0.5)
+    def with_count(v: Tensor) -> tuple[Tensor, float]:
+        """``v`` and this rank's row count summed over the ranks in one all-reduce (float64, as HAN's)."""
+        count = torch.tensor([float(x.size(0))], dtype=torch.float64, device=x.device)
+        summed = total(torch.cat([v.reshape(-1).double(), count]))
+        return summed[:-1].to(x.dtype).reshape(v.shape), float(summed[-1])
+
     if cls == "InstanceNorm":
         return _instance_norm(x, module, NormCall(name, float(module.eps), all_sum))
+    if cls == "GraphSizeNorm":
+        n = float(all_sum(torch.tensor([float(x.size(0))], dtype=torch.float64, device=x.device), name)[0])
+        return x * (n ** -0.5)
     if cls == "LayerNorm":
+        s, n = with_count(x.sum().reshape(1))
         count = n * x.size(-1)
-        centred = x - total(x.sum().reshape(1)) / count
+        centred = x - s / count
         std = (total(centred.square().sum().reshape(1)) / count).sqrt()
         out = centred / (std + module.eps)
         if module.weight is not None and module.bias is not None:
             out = out * module.weight + module.bias
         return out
-    mean = total(x.sum(0, keepdim=True)) / n
+    s, n = with_count(x.sum(0, keepdim=True))
+    mean = s / n
     if cls == "MeanSubtractionNorm":
         return x - mean
     if cls == "GraphNorm":
@@ -101,12 +108,11 @@ def _instance_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:
     if module.momentum is None:
         raise UnsupportedLayerError(f"graph norm '{call.name}' (InstanceNorm) has momentum=None, which PyG's own call "
                                     "does not take either; give it a momentum")  # fmt: skip
-    saved = module.num_batches_tracked if hasattr(module, "num_batches_tracked") else None
-    if saved is not None:
-        saved = saved.clone()
+    tracked = getattr(module, "num_batches_tracked", None)
+    saved = None if tracked is None else tracked.clone()
     out = global_batch_norm(x, module, call)
-    if saved is not None:
-        module.num_batches_tracked.copy_(saved)  # F.instance_norm does not count batches
+    if tracked is not None:
+        tracked.copy_(saved)  # F.instance_norm does not count batches
     return out
 
 

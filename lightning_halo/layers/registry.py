@@ -592,8 +592,8 @@ def graph_norm_refusal(name: str, module: Module) -> Optional[str]:
         return None
     return (
         f"{name} (torch_geometric {cls.__name__}): {why}; on a partition those are the rank's own nodes, not the "
-        "whole graph, and lightning-halo does not make it global. Use a norm that it does: BatchNorm, "
-        "LayerNorm (either mode), GraphNorm, InstanceNorm, PairNorm"
+        f"whole graph, and lightning-halo does not make it global. Use a norm that it does: BatchNorm, "
+        f"{', '.join(GLOBAL_GRAPH_NORMS)} (LayerNorm in either mode)"
     )
 
 

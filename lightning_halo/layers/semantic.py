@@ -33,30 +33,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Module
 
-from lightning_halo.layers.batchnorm import AllSum
+from lightning_halo.layers.batchnorm import AllSum, global_sum
 from lightning_halo.layers.registry import UnsupportedLayerError
 
 _local = threading.local()
 _lock = threading.Lock()
 _original: Optional[Callable[..., Any]] = None
-
-
-class _AllSum(torch.autograd.Function):
-    """``values`` summed over all ranks; the gradient of each rank's copy summed back (every rank reads the sum)."""
-
-    @staticmethod
-    def forward(ctx: Any, values: Tensor, all_sum: AllSum, name: str) -> Tensor:  # type: ignore[override]
-        ctx.all_sum, ctx.name = all_sum, name
-        return all_sum(values.detach().clone(), name)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
-        return ctx.all_sum(grad.contiguous().clone(), ctx.name), None, None
-
-
-def global_sum(values: Tensor, all_sum: AllSum, name: str) -> Tensor:
-    """``values`` summed over all ranks, differentiable: the gradient of every rank's copy is summed back."""
-    return _AllSum.apply(values, all_sum, name)
 
 
 def global_semantic_attention(
@@ -83,7 +65,7 @@ def global_semantic_attention(
     keys = torch.tanh(k_lin(out[:, :n_inner])).sum(1)  # [E, C]: this rank's nodes only
     # float64 on the wire: the node count stays exact past 2^24 nodes, and the sums lose nothing
     count = torch.full((1,), float(n_inner), dtype=torch.float64, device=keys.device)
-    summed = _AllSum.apply(torch.cat([keys.reshape(-1).double(), count]), all_sum, name)
+    summed = global_sum(torch.cat([keys.reshape(-1).double(), count]), all_sum, name)
     n = float(summed[-1].detach())
     if n == 0:  # no node of the type anywhere: PyG returns the empty stack's view and no weights
         return out.view(0, out.size(-1)), None
