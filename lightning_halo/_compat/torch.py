@@ -33,6 +33,29 @@ def make_subclass(cls: type, t: Tensor) -> Tensor:
 plain_dispatch: Callable[[], ContextManager[Any]] = torch._C.DisableTorchFunctionSubclass
 
 
+def in_backward() -> bool:
+    """Whether the caller runs inside a backward pass (``torch._C._current_graph_task_id() != -1``: autograd's
+    graph task), where a module's forward is a recomputation (activation checkpointing, reversible layers).
+
+    Example:
+        >>> in_backward()
+        False
+    """
+    return torch._C._current_graph_task_id() != -1
+
+
+def saved_tensor_hooks_active() -> bool:
+    """Whether saved-tensor hooks are in effect (``torch.autograd.graph.saved_tensors_hooks``, which
+    ``torch.utils.checkpoint(..., use_reentrant=False)`` packs a segment's tensors with).
+
+    Example:
+        >>> with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        ...     saved_tensor_hooks_active()
+        True
+    """
+    return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
+
+
 def sparse_mm_functions() -> set[Any]:
     """Every function a sparse-dense product reaches ``__torch_function__`` through (``torch._sparse_mm`` included)."""
     funcs: set[Any] = {torch.sparse.mm, torch.mm, torch.matmul, Tensor.matmul, Tensor.__matmul__, Tensor.mm}

@@ -10,7 +10,8 @@ collectives the layer calls are given) and :attr:`~HaloExchanger.state` (what ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 import torch
@@ -22,6 +23,7 @@ from lightning_halo.exchange.inputs import InputHalos
 from lightning_halo.exchange.meter import TrafficMeter
 from lightning_halo.exchange.plan import Direction, ExchangePlan, type_plan_key
 from lightning_halo.exchange.policy import Mode
+from lightning_halo.exchange.replay import Replays, may_recompute, recomputing
 from lightning_halo.exchange.slots import Bits, SlotTable
 from lightning_halo.exchange.state import ExchangeState
 from lightning_halo.exchange.wire import SoloTransport, Transport, Wire
@@ -60,6 +62,7 @@ class Fetch:
     direction: Direction
     exact: bool = False
     route: Optional[CoverRoute] = None  # partial sums instead of some rows (``None``: the plan's rows)
+    replay: Optional[Tensor] = field(default=None, compare=False)  # a recomputation's rows, kept from the step's first call (no traffic)
 
 
 class _HaloRows(torch.autograd.Function):
@@ -68,6 +71,8 @@ class _HaloRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x_inner: Tensor, exchanger: HaloExchanger, fetch: Fetch) -> Tensor:  # type: ignore[override]
         ctx.exchanger, ctx.fetch = exchanger, fetch
+        if fetch.replay is not None:
+            return fetch.replay.detach()  # a new tensor on the kept storage: autograd gives it its own grad_fn
         return exchanger.rows_forward(x_inner.detach(), fetch)
 
     @staticmethod
@@ -167,6 +172,7 @@ class HaloExchanger:
         self._slot_index = 0
         self._steps = 0
         self._anchors: list[Tensor] = []
+        self._replays = Replays()  # the step's fetches that a recomputation in backward repeats
         self._observers: list[Observer] = []
 
     # ------------------------------------------------------------------ wiring and binding
@@ -362,6 +368,7 @@ class HaloExchanger:
         self._slot_index = 0
         self._steps += 1
         self._anchors.clear()
+        self._replays.clear()
 
     @property
     def steps(self) -> int:
@@ -396,6 +403,7 @@ class HaloExchanger:
     def end_step(self) -> None:
         """The training step's backward is done (called by the strategy): times what its exchanges waited."""
         self._slots.end_step()
+        self._replays.clear()
 
     @property
     def adaptive_bits(self) -> bool:
@@ -460,13 +468,23 @@ class HaloExchanger:
         if self._inputs.holds(x_inner):
             halo = self._inputs.halo(x_inner, p, direction, layer)
             return halo if route is None else route.from_halo(halo)
+        key = (layer, direction, route is not None)
+        if self._training and recomputing():
+            # activation checkpointing or a reversible layer runs this call again in backward: the rows the
+            # first call got, without traffic (another exchange would round them anew; see exchange.replay)
+            kept = self._replays.find(key, x_inner)
+            if kept is not None:
+                return _HaloRows.apply(x_inner, self, dataclasses.replace(kept.fetch, replay=kept.rows))
+            exact = True  # nothing kept (a first call with gradients and no saved-tensor hooks): exact, no slot
         if self._training and torch.is_grad_enabled() and not exact:
             fetch = Fetch(layer, self._slot_index, self._mode, True, direction, route=route)
             self._slot_index += 1
         else:
             fetch = Fetch(layer, None, "sync", self._training, direction, exact=True, route=route)
         out = _HaloRows.apply(x_inner, self, fetch)
-        if out.requires_grad:
+        if self._training and not recomputing() and may_recompute():
+            self._replays.keep(key, x_inner, out, fetch)
+        if out.requires_grad and not recomputing():
             self._anchors.append(out)
         return out
 

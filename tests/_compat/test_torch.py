@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from lightning_halo._compat.torch import (
     BATCH_NORM_BASE,
     compiled_original,
     fake_tensor_mode,
+    in_backward,
     is_fake,
     make_subclass,
     mark_sizes_dynamic,
     plain_dispatch,
+    saved_tensor_hooks_active,
     saved_tensors,
     sparse_mm_functions,
     tensor_version,
@@ -148,3 +151,19 @@ def test_marked_sizes_are_symbols_in_a_static_compilation_and_size_one_is_allowe
         mark_sizes_dynamic(x)
         assert torch.equal(fn(x), (x * 2).sum(-1))
     assert len(graphs) <= 2, "sizes were specialised: one graph per shape"  # size 1 may take a graph of its own
+
+
+def test_a_checkpointed_forward_packs_through_saved_tensor_hooks_and_its_recomputation_runs_in_backward() -> None:
+    seen = []
+
+    def segment(x):
+        seen.append((torch.is_grad_enabled(), saved_tensor_hooks_active(), in_backward()))
+        return x.sin()
+
+    x = torch.ones(3, requires_grad=True)
+    assert not in_backward() and not saved_tensor_hooks_active()
+    checkpoint(segment, x, use_reentrant=False).sum().backward()
+    checkpoint(segment, x * 1, use_reentrant=True).sum().backward()
+    # non-reentrant: forward under hooks, recomputed in backward; reentrant: forward without gradients, then in backward
+    assert [s[2] for s in seen] == [False, True, False, True]
+    assert seen[0][:2] == (True, True) and seen[2][0] is False
