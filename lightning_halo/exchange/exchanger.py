@@ -77,7 +77,25 @@ class _HaloRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_halo: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
-        return ctx.exchanger.rows_backward(grad_halo.contiguous(), ctx.fetch), None, None
+        return _HaloGrads.apply(grad_halo.contiguous(), ctx.exchanger, ctx.fetch), None, None
+
+
+class _HaloGrads(torch.autograd.Function):
+    """A fetch's backward as a function of the halo gradients: the fetch's transpose, linear, so that it differentiates
+    again (``create_graph=True``: gradient penalties, Hessian-vector products). Its own derivative is the fetch itself,
+    made exact (32 bits, outside the training slots): the derivative of the synchronous exchange, whatever the width or
+    mode of the first one."""
+
+    @staticmethod
+    def forward(ctx: Any, grad_halo: Tensor, exchanger: HaloExchanger, fetch: Fetch) -> Tensor:  # type: ignore[override]
+        ctx.exchanger, ctx.fetch = exchanger, fetch
+        return exchanger.rows_backward(grad_halo, fetch)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
+        f = ctx.fetch
+        exact = Fetch(f.layer, None, "sync", f.training, f.direction, exact=True, route=f.route)
+        return _HaloRows.apply(grad.contiguous(), ctx.exchanger, exact), None, None
 
 
 class HaloExchanger:

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from lightning_halo._compat.torch import BATCH_NORM_BASE
+from lightning_halo.exchange.higher_order import refuse_second_order
 from lightning_halo.layers.registry import UnsupportedLayerError
 
 #: ``all_sum(values, name)``: ``values`` summed over all ranks (one all-reduce, with a timeout).
@@ -43,7 +44,8 @@ class _AllSum(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None]:  # type: ignore[override]
-        return ctx.all_sum(grad.contiguous().clone(), ctx.name), None, None
+        # the sum is linear: its backward is the sum again, through this function, so it differentiates once more
+        return _AllSum.apply(grad.contiguous(), ctx.all_sum, ctx.name), None, None
 
 
 def global_sum(values: Tensor, all_sum: AllSum, name: str) -> Tensor:
@@ -125,6 +127,8 @@ class _GlobalBatchNorm(torch.autograd.Function):
             c = gy.size(1)
             mean_g, mean_gx = (_per_channel(s.to(gy.dtype), gy) for s in (sums[:c], sums[c:]))
             g_x = (g_hat - mean_g - xhat * mean_gx) * _per_channel(invstd.to(gy.dtype), gy)
+        what = f"the global batch norm '{ctx.call.name}'"
+        g_x, g_weight, g_bias = (refuse_second_order(g, what) for g in (g_x, g_weight, g_bias))
         return g_x, g_weight, g_bias, None, None, None, None
 
 

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from lightning_halo.exchange.current import current_exchanger
 from lightning_halo.exchange.exchanger import HaloExchanger
+from lightning_halo.exchange.higher_order import refuse_second_order
 from lightning_halo.exchange.wire import Wire
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
@@ -132,7 +133,7 @@ class _GatherRows(torch.autograd.Function):
             rows = grad_out[req.remote_idx].contiguous()
             back = wire.exchange(rows, how.grad_bits, req.want, req.serve, LAYER, "bwd", how.generator)
             grad.index_add_(0, req.served_pos, back.to(grad.dtype))
-        return grad, None, None, None
+        return refuse_second_order(grad, "the gather of link endpoints' rows"), None, None, None
 
 
 def _directory_of(exchanger: HaloExchanger, rows: _Rows) -> RowDirectory:

@@ -1,0 +1,100 @@
+"""Second derivatives through the exchange (``create_graph=True``) equal single-process PyG's, or are refused.
+
+A gradient penalty differentiates the backward pass: on partitions that backward crosses the ranks
+(halo gradients to their owners, all-reduced norm sums), so its terms from other ranks must
+differentiate again. Ranks in threads (:func:`tests.support.threaded.run_threaded`), float64, on a
+graph with repeated edges, self-loops and isolated nodes, at 2 and 3 ranks, with and without halo
+partial sums.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric import nn as gnn
+
+from lightning_halo.exchange.higher_order import refuse_second_order
+from tests.support.graphs import awkward_graph
+from tests.support.threaded import assert_same, reference, run_threaded
+
+DATA = awkward_graph(3)
+D, C = DATA.num_features, int(DATA.y.max()) + 1
+LAYERS = {
+    "gcn": gnn.GCNConv,
+    "sage": gnn.SAGEConv,
+    "gat": lambda a, b: gnn.GATConv(a, b, heads=2, concat=False),
+    "appnp": None,  # a multi-step layer: ten exchanges, each differentiated twice
+}
+
+
+class Penalised(nn.Module):
+    """Two message-passing layers and an optional norm; the forward returns logits scaled by a gradient penalty:
+    the squared norm of d(sum of squared logits)/d(first hidden layer), per node."""
+
+    def __init__(self, kind: str, norm: str = "") -> None:
+        super().__init__()
+        self.inp = nn.Linear(D, 16)
+        if kind == "appnp":
+            self.c1, self.c2 = gnn.APPNP(K=3, alpha=0.2), gnn.GCNConv(16, C)
+        else:
+            self.c1, self.c2 = LAYERS[kind](16, 16), LAYERS[kind](16, C)
+        self.norm = {"": nn.Identity(), "graph": gnn.GraphNorm(16), "pair": gnn.PairNorm(), "batch": nn.BatchNorm1d(16)}[norm]
+
+    def forward(self, x, edge_index):
+        h0 = self.inp(x)
+        out = self.c2(self.norm(self.c1(h0, edge_index)).tanh(), edge_index)
+        (g,) = torch.autograd.grad(out.square().sum(), h0, create_graph=True)
+        return out * (1 + g.square().sum(1, keepdim=True))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("reduction", ["cover", "none"])
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_a_gradient_penalty_matches_the_whole_graph(kind: str, reduction: str, world_size: int) -> None:
+    torch.manual_seed(0)
+    model = Penalised(kind).double()
+    got = run_threaded(model, DATA, world_size, halo_reduction=reduction, timeout=30)
+    assert_same(got, reference(model, DATA), what=f"{kind} penalty")
+
+
+@pytest.mark.parametrize("norm", ["graph", "pair"])
+def test_a_gradient_penalty_through_a_graph_wide_norm_matches_the_whole_graph(norm: str) -> None:
+    """The norms' all-reduced sums are linear: their backward differentiates again."""
+    torch.manual_seed(0)
+    model = Penalised("sage", norm).double()
+    assert_same(run_threaded(model, DATA, 3, timeout=30), reference(model, DATA), what=f"{norm} norm penalty")
+
+
+def test_quantized_and_pipelined_exchanges_differentiate_twice() -> None:
+    """At 1 bit and in pipelined epochs the second derivative runs (the synchronous exchange's, exact) and differs
+    from the 32-bit one only by the rounding noise of the first-order rows."""
+    torch.manual_seed(0)
+    model = Penalised("gcn").double()
+    exact = run_threaded(model, DATA, 2, timeout=30)
+    for kwargs in ({"bits": 1}, {"bits": 1, "steps": 2, "mode": lambda e: "sync" if e == 0 else "pipelined"}):
+        got = run_threaded(model, DATA, 2, timeout=30, **kwargs)
+        assert all(torch.isfinite(g).all() for g in got["grad"].values())
+        assert not torch.equal(got["grad"]["c1.lin.weight"], exact["grad"]["c1.lin.weight"])
+
+
+def test_a_gradient_penalty_through_a_global_batch_norm_is_refused_naming_it() -> None:
+    torch.manual_seed(0)
+    model = Penalised("sage", "batch").double()
+    reference(model, DATA)  # one process: torch's batch norm differentiates twice
+    with pytest.raises(RuntimeError, match=r"second derivatives \(create_graph=True\) through the global batch norm 'norm'"):
+        run_threaded(model, DATA, 2, timeout=30)
+
+
+def test_refuse_second_order_leaves_first_derivatives_alone() -> None:
+    g = torch.ones(3, requires_grad=True)
+    assert refuse_second_order(None, "x") is None
+    plain = torch.ones(3)
+    assert refuse_second_order(plain, "x") is plain  # no graph: nothing to refuse
+    with torch.no_grad():
+        t = g * 2
+        assert refuse_second_order(t, "x") is t  # a backward without create_graph
+    r = refuse_second_order(g * 2, "the thing")
+    assert torch.equal(r, torch.full((3,), 2.0))
+    with pytest.raises(RuntimeError, match="through the thing are not supported on partitions"):
+        r.sum().backward()
