@@ -49,7 +49,7 @@ from lightning_halo.data.partition_dir import (
     part_name,
     read_manifest,
 )
-from lightning_halo.data.validation import GraphValidationError, infer_num_classes, is_hetero
+from lightning_halo.data.validation import GraphValidationError, check_attribute_types, infer_num_classes, is_hetero
 from lightning_halo.partition.hetero import (
     HeteroGraphError,
     HeteroHaloPartition,
@@ -167,6 +167,10 @@ def hetero_facts(data: Any, source: str) -> dict[str, Any]:
         layout = hetero_layout(data)
     except HeteroGraphError as err:
         raise GraphValidationError(f"{source}: {err}") from err
+    for t in layout.node_types:
+        check_attribute_types(data[t], f"{source}, node type {t!r}", int(layout.num_nodes[t]), None)
+    for e in layout.edge_types:
+        check_attribute_types(data[e], f"{source}, edge type {e!r}", 0, int(data[e].edge_index.size(1)))
     labelled = layout.labelled[0]
     return {
         "hetero": True,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -160,7 +162,45 @@ def check_graph(data: object, *, source: str = "the graph") -> Data:
             raise GraphValidationError(
                 f"{source}: `{key}` has shape {tuple(mask.shape)} but must be [{num_nodes}] (one entry per node){hint}"
             )
+    check_attribute_types(data._store, source, num_nodes, int(ei.size(1)))
     return data
+
+
+def check_attribute_types(store: Any, source: str, num_nodes: int, num_edges: Optional[int]) -> None:
+    """Refuse attributes a partition cannot carry as PyG means them: a list or tuple with one entry per node or edge
+    (PyG's ``is_node_attr``/``is_edge_attr`` count them as node or edge attributes, and slice them in ``subgraph``; a
+    partition would hand every rank the whole list, in the whole graph's order), and any NumPy array (the partition
+    cache stores tensors; PyG also counts arrays as node or edge attributes).
+
+    Args:
+        store: the attributes (a ``Data``'s store, or one type's store of a ``HeteroData``), name -> value.
+        source (str): how errors name the graph (and the type).
+        num_nodes (int): the store's node count (``0``: an edge store).
+        num_edges (int, optional): the store's edge count (``None``: a node store).
+
+    Example:
+        >>> check_attribute_types({"names": ["a", "b"]}, "the graph", 2, 5)
+        Traceback (most recent call last):
+        ...
+        lightning_halo.data.validation.GraphValidationError: the graph: `names` is a list with one entry per node ...
+    """
+    for key, value in store.items():
+        if isinstance(value, np.ndarray):
+            raise GraphValidationError(
+                f"{source}: `{key}` is a NumPy array; partitions carry tensors (PyG treats an array with one row per "
+                "node or edge as node or edge data). Convert it with torch.from_numpy, or delete it before partitioning."
+            )
+        if not isinstance(value, (list, tuple)) or key in ("edge_type_names", "node_type_names"):
+            continue
+        level = "node" if num_nodes and len(value) == num_nodes else "edge" if num_edges and len(value) == num_edges else None
+        if level is not None:
+            kind = type(value).__name__
+            lookup = " and look its entries up by global id (batch.n_id)" if level == "node" else ""
+            raise GraphValidationError(
+                f"{source}: `{key}` is a {kind} with one entry per {level}. PyG treats it as {level} data, but a "
+                f"partition would give every rank the whole {kind} in the whole graph's order, not its own {level}s'. "
+                f"Store it as a tensor (e.g. an index into the {kind}), or delete it before partitioning{lookup}."
+            )
 
 
 def _edge_windows(ei: Tensor):  # noqa: ANN202

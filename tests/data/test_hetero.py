@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,10 +121,25 @@ def _out_of_range(g):
     g["author", "writes", "paper"].edge_index[0, 0] = 10_000
 
 
+def _node_list(g):
+    g["author"].names = [str(i) for i in range(g["author"].num_nodes)]
+
+
+def _edge_list(g):
+    g["author", "writes", "paper"].tags = ["t"] * g["author", "writes", "paper"].edge_index.size(1)
+
+
+def _array(g):
+    g["venue"].year = np.arange(7)
+
+
 @pytest.mark.parametrize(
     ("mutate", "says"),
     [(_drop_x, "node type 'author' has neither x nor num_nodes"), (_bad_edge_type, "names the target node type 'lab'"),
-     (_no_labels, "no node type has labels y"), (_out_of_range, r"source ids run from 0 to 10000.*node type 'author'")],
+     (_no_labels, "no node type has labels y"), (_out_of_range, r"source ids run from 0 to 10000.*node type 'author'"),
+     (_node_list, "node type 'author': `names` is a list with one entry per node"),
+     (_edge_list, r"edge type \('author', 'writes', 'paper'\): `tags` is a list with one entry per edge"),
+     (_array, "node type 'venue': `year` is a NumPy array")],
 )  # fmt: skip
 def test_bad_graphs_are_refused_naming_the_type(mutate, says: str, tmp_path: Path) -> None:
     data = generated_hetero()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 
@@ -62,6 +63,9 @@ GRAPH_CASES = [
     ("num_nodes disagrees with x", _set("num_nodes", 9), "data.num_nodes=9 but x has 6 rows"),
     ("an attribute named like what partitions add", _set("global_id", torch.arange(6)), "'global_id', name(s) lightning-halo gives"),
     ("an n_id: partitions derive it", _set("n_id", torch.arange(6)), "Every partition batch has `n_id` already"),
+    ("a list with one entry per node", _set("names", [f"n{i}" for i in range(6)]), "`names` is a list with one entry per node"),
+    ("a tuple with one entry per edge", _set("tags", ("a", "b", "c")), "`tags` is a tuple with one entry per edge"),
+    ("a NumPy array", _set("year", np.arange(6)), "`year` is a NumPy array; partitions carry tensors"),
 ]
 
 
