@@ -44,16 +44,18 @@ def in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def saved_tensor_hooks_active() -> bool:
-    """Whether saved-tensor hooks are in effect (``torch.autograd.graph.saved_tensors_hooks``, which
-    ``torch.utils.checkpoint(..., use_reentrant=False)`` packs a segment's tensors with).
+def checkpoint_hooks_active() -> bool:
+    """Whether the innermost saved-tensor hooks are ``torch.utils.checkpoint``'s (``checkpoint(..., use_reentrant=False)``
+    packs a segment's tensors through them and recomputes the segment in backward); other hooks, such as
+    ``torch.autograd.graph.save_on_cpu``'s, recompute nothing.
 
     Example:
-        >>> with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-        ...     saved_tensor_hooks_active()
-        True
+        >>> with torch.autograd.graph.save_on_cpu():
+        ...     checkpoint_hooks_active()
+        False
     """
-    return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    return hooks is not None and getattr(hooks[0], "__module__", None) == "torch.utils.checkpoint"
 
 
 def sparse_mm_functions() -> set[Any]:

@@ -6,8 +6,8 @@ halo rows are then fetched again: a second exchange whose rows differ from the f
 (a new stochastic rounding; in ``"pipelined"`` epochs other rows altogether), so the gradient would
 be computed through other halo rows than the loss, and every such call would cross the wire twice.
 
-A fetch made where a recomputation can follow is kept here for the step: one made under saved-tensor
-hooks (``checkpoint(..., use_reentrant=False)`` packs the segment's tensors with them) or without
+A fetch made where a recomputation can follow is kept here for the step: one made inside
+``checkpoint(..., use_reentrant=False)`` (under its saved-tensor hooks) or without
 gradient in a training step (``use_reentrant=True`` and :class:`~torch_geometric.nn.GroupAddRev` run
 their forward so). A fetch made *during* backward is a recomputation and gets the kept rows: no
 traffic, bitwise the rows the loss saw.
@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_halo._compat.torch import in_backward, saved_tensor_hooks_active
+from lightning_halo._compat.torch import checkpoint_hooks_active, in_backward
 
 
 def recomputing() -> bool:
@@ -33,10 +33,10 @@ def recomputing() -> bool:
 
 
 def may_recompute() -> bool:
-    """Whether a fetch made now may be recomputed in backward: saved-tensor hooks are active (non-reentrant
-    checkpointing packs through them) or gradients are off (reentrant checkpointing and reversible layers run
-    their forward without them)."""
-    return not torch.is_grad_enabled() or saved_tensor_hooks_active()
+    """Whether a fetch made now may be recomputed in backward: inside a non-reentrant checkpointed segment (its
+    saved-tensor hooks are active; ``save_on_cpu``'s are not a reason to keep rows) or with gradients off (reentrant
+    checkpointing and reversible layers run their forward without them)."""
+    return not torch.is_grad_enabled() or checkpoint_hooks_active()
 
 
 def fingerprint(x_inner: Tensor) -> Tensor:

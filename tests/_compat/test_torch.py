@@ -8,6 +8,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lightning_halo._compat.torch import (
     BATCH_NORM_BASE,
+    checkpoint_hooks_active,
     compiled_original,
     fake_tensor_mode,
     in_backward,
@@ -15,7 +16,6 @@ from lightning_halo._compat.torch import (
     make_subclass,
     mark_sizes_dynamic,
     plain_dispatch,
-    saved_tensor_hooks_active,
     saved_tensors,
     sparse_mm_functions,
     tensor_version,
@@ -157,13 +157,15 @@ def test_a_checkpointed_forward_packs_through_saved_tensor_hooks_and_its_recompu
     seen = []
 
     def segment(x):
-        seen.append((torch.is_grad_enabled(), saved_tensor_hooks_active(), in_backward()))
+        seen.append((torch.is_grad_enabled(), checkpoint_hooks_active(), in_backward()))
         return x.sin()
 
     x = torch.ones(3, requires_grad=True)
-    assert not in_backward() and not saved_tensor_hooks_active()
+    assert not in_backward() and not checkpoint_hooks_active()
     checkpoint(segment, x, use_reentrant=False).sum().backward()
     checkpoint(segment, x * 1, use_reentrant=True).sum().backward()
     # non-reentrant: forward under hooks, recomputed in backward; reentrant: forward without gradients, then in backward
     assert [s[2] for s in seen] == [False, True, False, True]
     assert seen[0][:2] == (True, True) and seen[2][0] is False
+    with torch.autograd.graph.save_on_cpu():
+        assert not checkpoint_hooks_active()  # offloading recomputes nothing
