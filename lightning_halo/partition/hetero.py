@@ -27,12 +27,13 @@ import copy
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
+from lightning_halo.memo import TensorMemo
 from lightning_halo.partition.graph import assign_parts, symmetric_csr
 from lightning_halo.partition.halo import plan_halos
 from lightning_halo.partition.halo_partition import stacked_view, tensor_digest
@@ -450,6 +451,27 @@ class HeteroHaloPartition(HeteroData):
     the masks of) and ``num_train_global`` (its train nodes over all parts).
     """
 
+    def apply(self, func: Any, *args: str) -> HeteroHaloPartition:
+        """As :meth:`HeteroData.apply`, but each type's ``x`` and ``halo_x`` stay views of one tensor (e.g. through
+        ``.to("cuda")``): :func:`local_features` then reads them without a copy, and knows them as partitioned."""
+        stacked: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
+        if not args or ("x" in args and "halo_x" in args):
+            for t in self.node_types:
+                store = self[t]
+                x, halo = store.get("x"), store.get("halo_x")
+                whole = stacked_view(x, halo) if isinstance(x, Tensor) and isinstance(halo, Tensor) else None
+                if whole is not None:
+                    stacked[t] = (whole, x, halo)
+                    del store["x"], store["halo_x"]
+        super().apply(func, *args)
+        for t, (whole, x, halo) in stacked.items():
+            moved = func(whole)
+            if moved is whole:  # unchanged (e.g. .to() on the same device): the very objects, caches key on them
+                self[t].x, self[t].halo_x = x, halo
+            else:
+                self[t].x, self[t].halo_x = moved[: x.size(0)], moved[x.size(0) :]
+        return self
+
     @property
     def labelled_store(self) -> Any:
         """The node store of :attr:`labelled_type` (``y`` and the masks)."""
@@ -558,6 +580,9 @@ def local_features(store: Any) -> Tensor:
     needs no exchange, and the layer that reads it gets every local row. On a whole
     ``HeteroData`` it is ``x``.
 
+    Only while ``x`` is the type's features as partitioned: after ``batch[t].x`` was replaced or changed in place,
+    ``halo_x`` holds the old halo rows, and this returns ``x`` alone (the layers then fetch the halo of the new rows).
+
     Example:
         >>> from torch_geometric.data import HeteroData
         >>> g = HeteroData()
@@ -569,7 +594,22 @@ def local_features(store: Any) -> Tensor:
     if not isinstance(halo, Tensor):
         return x
     whole = stacked_view(x, halo)
-    return whole if whole is not None else torch.cat([x, halo])
+    if whole is None or not _as_partitioned(x, store.get("x_digest")):
+        # x was replaced (batch[t].x = ...) or changed in place since partitioning: halo_x holds the old rows. The
+        # inner rows alone are exact: the layer that reads them fetches their halo
+        return x
+    return whole
+
+
+#: Whether a type's ``x`` (this object, unchanged since) hashes to its ``x_digest``: hashed once per tensor and change.
+_PARTITIONED_X = TensorMemo(limit=64)
+
+
+def _as_partitioned(x: Tensor, digest: Optional[str]) -> bool:
+    if digest is None:  # written before partitions recorded it: trust the stacked views
+        return True
+    known = _PARTITIONED_X.get("x", (x,))
+    return bool(known) if known is not None else _PARTITIONED_X.put("x", (x,), tensor_digest(x) == digest)
 
 
 def build_hetero_partitions(data: Any, assignment: HeteroAssignment) -> list[HeteroHaloPartition]:

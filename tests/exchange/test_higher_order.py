@@ -16,6 +16,7 @@ from torch_geometric import nn as gnn
 
 from lightning_halo.exchange.higher_order import refuse_second_order
 from tests.support.graphs import awkward_graph
+from tests.support.hetero import generated_hetero, hetero_model, hetero_reference, run_threaded_hetero, without_zero_extras
 from tests.support.threaded import assert_same, reference, run_threaded
 
 DATA = awkward_graph(3)
@@ -98,3 +99,32 @@ def test_refuse_second_order_leaves_first_derivatives_alone() -> None:
     assert torch.equal(r, torch.full((3,), 2.0))
     with pytest.raises(RuntimeError, match="through the thing are not supported on partitions"):
         r.sum().backward()
+
+
+@pytest.mark.parametrize("conv", ["sage", "hgt", "han"])
+def test_a_gradient_penalty_on_heterogeneous_partitions_matches_the_whole_graph(conv: str) -> None:
+    """Per source type's fetch (and HAN's all-reduced semantic attention), differentiated twice: the penalty is the
+    squared gradient of the labelled type's logits with respect to each paper's features (through the papers that cite
+    it and the authors between)."""
+    data = generated_hetero()
+    torch.manual_seed(0)
+    num_features = {t: int(data[t].x.size(1)) if "x" in data[t] else 0 for t in data.node_types}
+    num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+    model = hetero_model(conv, data.metadata(), num_features, num_nodes, "paper", 3)
+
+    def penalised(net, batch):
+        given = {"paper": batch["paper"].x}
+        leaves = {t: x.detach().clone().requires_grad_() for t, x in given.items()}
+        for t, x in leaves.items():
+            batch[t].x = x
+        try:
+            out = net(batch)
+            (g_paper,) = torch.autograd.grad(out.square().sum(), [leaves["paper"]], create_graph=True)
+        finally:
+            for t, x in given.items():
+                batch[t].x = x
+        return out * (1 + g_paper.square().sum(1, keepdim=True))
+
+    ref = hetero_reference(model, data, penalised, "paper")
+    got = run_threaded_hetero(model, data, 3, penalised, "paper")
+    assert_same(without_zero_extras(got, ref), ref, what=f"{conv} penalty")

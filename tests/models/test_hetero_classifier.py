@@ -104,3 +104,26 @@ def test_a_graph_whose_types_have_no_features_at_all(conv: str, featureless: str
     ref = hetero_reference(model, data, _forward, "paper")
     got = run_threaded_hetero(model, data, 2, _forward, "paper")
     assert_same(without_zero_extras(got, ref), ref, what=f"no features, {conv}, featureless={featureless}")
+
+
+@pytest.mark.parametrize("conv", ["sage", "hgt"])
+@pytest.mark.parametrize("how", ["replaced", "in place"])
+def test_features_changed_in_the_step_are_read_with_their_own_halo(conv: str, how: str) -> None:
+    """The input projection reads every local row (``local_features``); once a type's ``x`` is not the partitioned one
+    (a new tensor, or changed in place), its stored ``halo_x`` is stale, and the halo of the new rows is fetched."""
+    model = _model(generated_hetero(), conv, "embedding")
+
+    def scaled(net, batch):
+        if how == "replaced":
+            given = batch["author"].x
+            batch["author"].x = given * 2 + 1
+            try:
+                return net(batch)
+            finally:
+                batch["author"].x = given
+        batch["author"].x.mul_(2).add_(1)  # each graph is changed once: one step on its own copy
+        return net(batch)
+
+    ref = hetero_reference(model, generated_hetero(), scaled, "paper")
+    got = run_threaded_hetero(model, generated_hetero(), 2, scaled, "paper")
+    assert_same(without_zero_extras(got, ref), ref, what=f"{conv}, author features {how}")

@@ -12,8 +12,10 @@ from lightning_halo.partition.hetero import (
     HeteroGraphError,
     assign_hetero_parts,
     balance_type,
+    build_hetero_partitions,
     hetero_layout,
     homogeneous_edges,
+    local_features,
     plan_hetero_parts,
     type_counts,
 )
@@ -212,3 +214,24 @@ def test_metis_balances_the_labelled_type_itself() -> None:
         assert a.details["constraints"] == 2 and a.moved == 0, (parts, a.details, a.moved)
         counts = torch.bincount(a.parts["paper"], minlength=parts)
         assert int(counts.max()) <= 1.03 * 400 / parts + 1, counts.tolist()
+
+
+def test_local_features_are_the_stacked_rows_only_while_x_is_as_partitioned() -> None:
+    data = generated_hetero()
+    part = build_hetero_partitions(data, assign_hetero_parts(data, 2))[0]
+    store = part["author"]
+    n, n_all = int(store.n_inner), int(store.num_nodes)
+    whole = local_features(store)
+    assert whole.size(0) == n_all and whole.data_ptr() == store.x.data_ptr()  # one tensor, no copy
+    moved = part.apply(lambda t: t.clone())  # as .to("cuda") moves it: still one tensor, still as partitioned
+    assert local_features(moved["author"]).size(0) == n_all
+    assert moved.to("cpu")["author"].x is moved["author"].x  # no move: the very objects
+    kept = store.x
+    store.x = kept * 2  # replaced: the stored halo rows are not this tensor's
+    assert local_features(store) is store.x
+    store.x = kept
+    assert local_features(store).size(0) == n_all
+    kept.mul_(2)  # changed in place: neither
+    assert local_features(store) is kept
+    kept.div_(2)  # the values as partitioned again: the stored halo rows are its own again
+    assert local_features(store).size(0) == n_all
