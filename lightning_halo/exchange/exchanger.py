@@ -62,7 +62,7 @@ class Fetch:
     direction: Direction
     exact: bool = False
     route: Optional[CoverRoute] = None  # partial sums instead of some rows (``None``: the plan's rows)
-    replay: Optional[Tensor] = field(default=None, compare=False)  # a recomputation's rows, kept from the step's first call (no traffic)
+    replay: Optional[Tensor] = field(default=None, compare=False)  # a recomputation's rows, kept from the first call
 
 
 class _HaloRows(torch.autograd.Function):
