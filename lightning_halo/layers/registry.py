@@ -349,6 +349,9 @@ _BUILTIN_REFUSED_WRAPPERS: dict[str, str] = {
     "CuGraphGATConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); GATConv is exact",
     "CuGraphSAGEConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); SAGEConv is exact",
     "CuGraphRGCNConv": "it runs cugraph-ops kernels on the whole graph's CSC (CUDA only); RGCNConv is exact",
+    "HeteroBasisConv": "to_hetero_with_bases flattens every edge type into one homogeneous edge list with per-type "
+    "basis weights, which is no edge type of a heterogeneous partition; to_hetero(model, metadata) (a module per edge "
+    "type) and RGCNConv with num_bases are exact",
 }  # fmt: skip
 
 

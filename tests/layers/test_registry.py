@@ -106,6 +106,28 @@ def test_refusals_name_an_exact_alternative_where_one_exists() -> None:
         check_model(gps)
 
 
+def test_to_hetero_with_bases_is_refused_by_name_with_to_hetero_as_the_alternative() -> None:
+    import pytest
+    from torch import nn
+    from torch_geometric.nn import SAGEConv, to_hetero_with_bases
+
+    from lightning_halo.layers.hooks import check_model
+    from lightning_halo.layers.registry import UnsupportedLayerError
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = SAGEConv((16, 16), 8)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    metadata = (["paper", "author"], [("author", "writes", "paper"), ("paper", "rev_writes", "author")])
+    model = to_hetero_with_bases(Net(), metadata, num_bases=2, in_channels={"x": 16})
+    with pytest.raises(UnsupportedLayerError, match=r"'conv' \(HeteroBasisConv\).*to_hetero_with_bases flattens.*to_hetero\(model, metadata\)"):
+        check_model(model)
+
+
 def test_every_pyg_norm_is_classified() -> None:
     """A norm PyG adds later must be looked at: graph-wide (made global or refused), batch (made global) or per
     node (exact)."""
