@@ -33,9 +33,16 @@ from torch.nn import Module
 
 from lightning_halo.exchange import Direction
 from lightning_halo.layers.edges import EdgeSet, PartitionEdges, UnsupportedEdgesError
-from lightning_halo.layers.registry import COMPILE_REFUSAL, Feed, LayerSpec, Normalization, UnsupportedLayerError, class_propagate_fuses
 from lightning_halo.layers.reasons import SILENT_REDUCTIONS, EdgeIndexReason, ReductionReason
 from lightning_halo.layers.reduction import HaloReduction, ReductionChoice, choose_reduction
+from lightning_halo.layers.registry import (
+    COMPILE_REFUSAL,
+    Feed,
+    LayerSpec,
+    Normalization,
+    UnsupportedLayerError,
+    class_propagate_fuses,
+)
 from lightning_halo.partition.adjacency import Reduce
 
 #: How layers aggregate: see :class:`~lightning_halo.HaloQuantStrategy`'s ``aggregation``.

@@ -21,7 +21,6 @@ from typing import Literal, Optional, get_args
 
 import torch
 from torch import Tensor
-from torch.nn import Module
 
 from lightning_halo.exchange.cover import CoverPlan
 from lightning_halo.layers.fused import FusedAdjacency

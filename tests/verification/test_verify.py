@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from lightning.pytorch.strategies import DDPStrategy
 
 from lightning_halo import HaloDataModule, HaloQuantStrategy, verify
