@@ -52,6 +52,7 @@ from lightning_halo.layers.registry import (
     Normalization,
     UnsupportedLayerError,
     clear_caches,
+    is_reversible,
     layer_spec,
     refused_instance,
     refused_wrapper,
@@ -563,13 +564,54 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
     return OrderedDict((name, layer_spec(layer)) for name, layer in layers.items())
 
 
-def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook]:
-    """Hook every outermost message-passing layer of ``model`` (after :func:`check_model`)."""
+class ReversibleHook:
+    """Marks the forward of a reversible block (PyG's ``InvertibleModule``: ``GroupAddRev``) on the exchange.
+
+    Such a block runs its layers without autograd in forward and again in backward (to invert them and to
+    differentiate); the exchange takes its layers' fetches as training exchanges at the run's widths, and the calls
+    in backward replay their rows (:mod:`lightning_halo.exchange.replay`). Only where the block itself is called with
+    gradients: under an outer ``torch.no_grad()`` no backward follows.
+    """
+
+    kind = "reversible"
+
+    def __init__(self, module: Module, name: str, ctx: LayerContext) -> None:
+        self.module, self.name, self.ctx = module, name, ctx
+        self._entered: list[bool] = []
+        self._handles: list[Any] = []
+
+    def install(self) -> ReversibleHook:
+        self._handles = [
+            self.module.register_forward_pre_hook(self._pre),
+            self.module.register_forward_hook(self._post, always_call=True),
+        ]
+        return self
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _pre(self, module: Module, args: tuple) -> None:
+        entered = torch.is_grad_enabled() and self.ctx.exchanger.training
+        if entered:
+            self.ctx.exchanger.begin_reversible()
+        self._entered.append(entered)
+
+    def _post(self, module: Module, args: tuple, output: Any) -> None:
+        if self._entered.pop():
+            self.ctx.exchanger.end_reversible()
+
+
+def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook | ReversibleHook]:
+    """Hook every outermost message-passing layer of ``model`` (after :func:`check_model`), and every reversible
+    block around such layers (:class:`ReversibleHook`)."""
     specs = check_model(model)
     layers = find_message_passing(model)
     relations = relation_layers(model, layers)
     ctx.set_relations({name: (layers[name], specs[name], et) for name, et in relations.items()})
-    return [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
+    hooks: list[LayerHook | ReversibleHook] = [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
+    return hooks + [ReversibleHook(m, name, ctx).install() for name, m in model.named_modules() if is_reversible(m)]
 
 
 def install_batch_norms(model: Module, ctx: LayerContext) -> list[NormHook]:

@@ -536,6 +536,20 @@ _COARSENING = (
 )
 
 
+def is_reversible(module: Module) -> bool:
+    """Whether ``module`` is a reversible block of PyG (``InvertibleModule``, e.g. ``GroupAddRev``): it runs its layers
+    without autograd in forward and again in backward.
+
+    Example:
+        >>> from torch_geometric.nn import GroupAddRev, SAGEConv
+        >>> is_reversible(GroupAddRev(SAGEConv(4, 4), num_groups=2)), is_reversible(SAGEConv(4, 4))
+        (True, False)
+    """
+    from torch_geometric.nn.models.rev_gnn import InvertibleModule
+
+    return isinstance(module, InvertibleModule)
+
+
 def refused_wrapper(module: Module) -> Optional[str]:
     """Why a non-message-passing module of PyG (e.g. ``GPSConv``, a pooling layer) is refused, or None."""
     cls = type(module)

@@ -115,30 +115,55 @@ def test_a_reentrant_segment_is_exact_and_crosses_once() -> None:
     assert one_bit["ranks"][0]["slots"] == ["c1"]  # the checkpointed layer takes no training slot
 
 
-@pytest.mark.parametrize("bits", [1, 32])
-def test_a_reversible_layer_inverts_with_the_rows_of_its_forward(bits: int) -> None:
-    """``GroupAddRev`` runs its forward without gradients and calls its layers again in backward to invert them; the
-    recomputed calls get the forward's (exact) rows, so the gradient is single-process PyG's at any ``bits``."""
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = gnn.SAGEConv(8, 8)
 
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = gnn.SAGEConv(8, 8)
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index).tanh()
 
-        def forward(self, x, edge_index):
-            return self.conv(x, edge_index).tanh()
 
-    class Reversible(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inp, self.rev, self.out = nn.Linear(D, 16), gnn.GroupAddRev(Block(), num_groups=2), nn.Linear(16, C)
+class Reversible(nn.Module):
+    """PyG's ``GroupAddRev`` (``reversible``), or the same coupling computed plainly with autograd."""
 
-        def forward(self, x, edge_index):
-            return self.out(self.rev(self.inp(x), edge_index))
+    def __init__(self, reversible: bool) -> None:
+        super().__init__()
+        self.reversible = reversible
+        self.inp, self.rev, self.out = nn.Linear(D, 16), gnn.GroupAddRev(_Block(), num_groups=2), nn.Linear(16, C)
 
+    def forward(self, x, edge_index):
+        h = self.inp(x)
+        return self.out(self.rev(h, edge_index) if self.reversible else self.rev._forward(h, edge_index))
+
+
+def test_a_reversible_layer_is_exact_at_32_bits() -> None:
+    """``GroupAddRev`` runs its forward without gradients and calls its layers again in backward to invert them and
+    to differentiate; those calls get the forward's rows: single-process PyG's result."""
     torch.manual_seed(0)
-    model = Reversible().double()
-    assert_same(run_threaded(model, DATA, 3, bits=bits, timeout=30), reference(model, DATA), what="GroupAddRev")
+    model = Reversible(True).double()
+    assert_same(run_threaded(model, DATA, 3, timeout=30), reference(model, DATA), what="GroupAddRev")
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+def test_a_reversible_layer_trains_at_the_runs_widths_as_its_plain_coupling_does(mode: str) -> None:
+    """At 1 bit the reversible block's layers are training exchanges (1-bit rows forward, 1-bit gradients back, their
+    own slots), and the run is the plain coupling's: the same logits and bytes, gradients up to the rounding of the
+    inversion."""
+    torch.manual_seed(0)
+    plain = Reversible(False).double()
+    rev = Reversible(True).double()
+    rev.load_state_dict(plain.state_dict())
+    a = _run(plain, bits=1, mode=lambda e: mode)
+    b = _run(rev, bits=1, mode=lambda e: mode)
+    assert torch.equal(a["out"], b["out"]) and a["meters"] == b["meters"]
+    assert b["ranks"][0]["slots"] == ["rev.convs.0.conv", "rev.convs.1.conv"]
+    for k, g in a["grad"].items():
+        torch.testing.assert_close(b["grad"][k], g, atol=1e-12, rtol=1e-9)
+    exact = _run(rev, bits=32)
+    for quantized, full in zip(b["meters"], exact["meters"]):
+        for key in (("rev.convs.0.conv", "fwd"), ("rev.convs.1.conv", "bwd")):
+            assert 0 < 8 * quantized[key] < full[key]
 
 
 def test_a_checkpointed_heterogeneous_model_replays_each_types_rows() -> None:
