@@ -3,10 +3,10 @@
 Gradient penalties, Hessian-vector products and second-order meta-learning differentiate a backward
 pass. The halo fetch and the all-reduce are linear maps, so their backward is linear in the incoming
 gradient and differentiates again (:mod:`lightning_halo.exchange.exchanger`,
-:func:`lightning_halo.layers.batchnorm.global_sum`). A collective whose backward is not written to be
-differentiated (the global batch norm's, the link gather's) marks what it returns with
-:func:`refuse_second_order`: differentiating through it raises, naming the collective, instead of
-silently leaving out the terms that crossed the wire.
+:func:`lightning_halo.layers.batchnorm.global_sum`); the global batch norm recomputes its backward from
+those sums under ``create_graph``. A collective whose backward is not written to be differentiated
+(the link gather's) marks what it returns with :func:`refuse_second_order`: differentiating through it
+raises, naming the collective, instead of silently leaving out the terms that crossed the wire.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def refuse_second_order(t: Optional[Tensor], what: str) -> Optional[Tensor]:
 
     Args:
         t (Tensor, optional): the gradient.
-        what (str): the collective, as the error names it (e.g. ``"the global batch norm 'bn1'"``).
+        what (str): the collective, as the error names it (e.g. ``"the gather of link endpoints' rows"``).
 
     Example:
         >>> g = torch.ones(2, requires_grad=True)

@@ -27,7 +27,6 @@ from torch import Tensor
 from torch.nn import Module
 
 from lightning_halo._compat.torch import BATCH_NORM_BASE
-from lightning_halo.exchange.higher_order import refuse_second_order
 from lightning_halo.layers.registry import UnsupportedLayerError
 
 #: ``all_sum(values, name)``: ``values`` summed over all ranks (one all-reduce, with a timeout).
@@ -108,14 +107,17 @@ class _GlobalBatchNorm(torch.autograd.Function):
     ) -> Tensor:
         invstd = (var + call.eps).rsqrt()
         xhat = (x - _per_channel(mean.to(x.dtype), x)) * _per_channel(invstd.to(x.dtype), x)
-        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.save_for_backward(x, mean, invstd, weight, bias)  # x, as torch saves it: a double backward needs it
         ctx.n, ctx.call = n, call
         y = xhat if weight is None else xhat * _per_channel(weight, x)
         return y if bias is None else y + _per_channel(bias, x)
 
     @staticmethod
     def backward(ctx: Any, gy: Tensor) -> tuple[Optional[Tensor], ...]:  # type: ignore[override]
-        xhat, invstd, weight = ctx.saved_tensors
+        x, mean, invstd, weight, bias = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a backward that differentiates again, through global sums
+            return (*_differentiable_grads(x, weight, bias, gy, ctx.needs_input_grad[:3], ctx.call), None, None, None, None)
+        xhat = (x - _per_channel(mean.to(x.dtype), x)) * _per_channel(invstd.to(x.dtype), x)
         dims = _dims(gy)
         g_weight = (gy * xhat).sum(dims) if ctx.needs_input_grad[1] else None
         g_bias = gy.sum(dims) if ctx.needs_input_grad[2] else None
@@ -127,9 +129,31 @@ class _GlobalBatchNorm(torch.autograd.Function):
             c = gy.size(1)
             mean_g, mean_gx = (_per_channel(s.to(gy.dtype), gy) for s in (sums[:c], sums[c:]))
             g_x = (g_hat - mean_g - xhat * mean_gx) * _per_channel(invstd.to(gy.dtype), gy)
-        what = f"the global batch norm '{ctx.call.name}'"
-        g_x, g_weight, g_bias = (refuse_second_order(g, what) for g in (g_x, g_weight, g_bias))
         return g_x, g_weight, g_bias, None, None, None, None
+
+
+def _differentiable_grads(
+    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], gy: Tensor, needs: tuple[bool, ...], call: NormCall
+) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """The batch norm's gradients as a graph of their own (``create_graph=True``): the normalisation recomputed from
+    ``x`` with its statistics as differentiable global sums, then differentiated, so that a second derivative reaches
+    every rank's rows as one process's does."""
+    dims = _dims(x)
+    with torch.enable_grad():
+        # the saved tensors carry their history here: the gradients below are functions of them, in the outer graph
+        leaves = [x, weight, bias]
+        xl, wl, bl = leaves
+        count = global_sum(torch.full((1,), x.numel() // max(1, x.size(1)), dtype=torch.float64, device=x.device),
+                           call.all_sum, call.name)  # fmt: skip
+        mean = global_sum(xl.double().sum(dims), call.all_sum, call.name) / count
+        centred = xl - _per_channel(mean.to(x.dtype), x)
+        var = global_sum(centred.double().square().sum(dims), call.all_sum, call.name) / count
+        y = centred * _per_channel((var + call.eps).rsqrt().to(x.dtype), x)
+        y = y if wl is None else y * _per_channel(wl, x)
+        y = y if bl is None else y + _per_channel(bl, x)
+        wanted = [t for t, need in zip(leaves, needs) if t is not None and need]
+        grads = iter(torch.autograd.grad(y, wanted, gy, create_graph=True))
+    return tuple(next(grads) if t is not None and need else None for t, need in zip(leaves, needs))  # type: ignore[return-value]
 
 
 def global_batch_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:

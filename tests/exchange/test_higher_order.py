@@ -79,12 +79,16 @@ def test_quantized_and_pipelined_exchanges_differentiate_twice() -> None:
         assert not torch.equal(got["grad"]["c1.lin.weight"], exact["grad"]["c1.lin.weight"])
 
 
-def test_a_gradient_penalty_through_a_global_batch_norm_is_refused_naming_it() -> None:
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_gradient_penalty_through_a_global_batch_norm_matches_the_whole_graph(world_size: int) -> None:
+    """The global batch norm's backward, under create_graph, is recomputed from its input with differentiable global
+    sums and differentiated: the second derivative through the statistics of every rank's rows."""
     torch.manual_seed(0)
     model = Penalised("sage", "batch").double()
-    reference(model, DATA)  # one process: torch's batch norm differentiates twice
-    with pytest.raises(RuntimeError, match=r"second derivatives \(create_graph=True\) through the global batch norm 'norm'"):
-        run_threaded(model, DATA, 2, timeout=30)
+    got, ref = run_threaded(model, DATA, world_size, timeout=30), reference(model, DATA)
+    assert_same(got, ref, what="batch norm penalty")
+    for r in got["ranks"]:  # running statistics updated once per step, as one process updates them
+        torch.testing.assert_close(r["buffers"]["norm.running_var"], ref["buffers"]["norm.running_var"])
 
 
 def test_refuse_second_order_leaves_first_derivatives_alone() -> None:
