@@ -21,7 +21,6 @@ from torch import Tensor
 
 from lightning_halo.exchange.current import current_exchanger
 from lightning_halo.exchange.exchanger import HaloExchanger
-from lightning_halo.exchange.higher_order import refuse_second_order
 from lightning_halo.exchange.wire import Wire
 from lightning_halo.partition.halo_partition import HaloPartition
 from lightning_halo.partition.hetero import HeteroHaloPartition
@@ -126,14 +125,28 @@ class _GatherRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Optional[Tensor], None, None, None]:  # type: ignore[override]
-        req, how, wire = ctx.req, ctx.how, ctx.wire
-        grad = grad_out.new_zeros((ctx.n, grad_out.size(1)))
+        return _ScatterRows.apply(grad_out.contiguous(), ctx.wire, ctx.req, ctx.how, ctx.n), None, None, None
+
+
+class _ScatterRows(torch.autograd.Function):
+    """The gather's backward as a function of the rows' gradients (linear: the gather's transpose), so that it
+    differentiates again (``create_graph=True``); its derivative is the gather itself, exact (32 bits)."""
+
+    @staticmethod
+    def forward(ctx: Any, grad_out: Tensor, wire: Wire, req: Request, how: _How, n: int) -> Tensor:  # type: ignore[override]
+        ctx.wire, ctx.req, ctx.how = wire, req, how
+        grad = grad_out.new_zeros((n, grad_out.size(1)))
         grad.index_add_(0, req.local_pos, grad_out[req.local_idx])
         if wire.world_size > 1:
             rows = grad_out[req.remote_idx].contiguous()
             back = wire.exchange(rows, how.grad_bits, req.want, req.serve, LAYER, "bwd", how.generator)
             grad.index_add_(0, req.served_pos, back.to(grad.dtype))
-        return refuse_second_order(grad, "the gather of link endpoints' rows"), None, None, None
+        return grad
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], None, None, None, None]:  # type: ignore[override]
+        exact = _How(32, 32, ctx.how.traffic, None)
+        return _GatherRows.apply(grad.contiguous(), ctx.wire, ctx.req, exact), None, None, None, None
 
 
 def _directory_of(exchanger: HaloExchanger, rows: _Rows) -> RowDirectory:

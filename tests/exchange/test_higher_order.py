@@ -1,4 +1,4 @@
-"""Second derivatives through the exchange (``create_graph=True``) equal single-process PyG's, or are refused.
+"""Second derivatives through the exchange (``create_graph=True``) equal single-process PyG's.
 
 A gradient penalty differentiates the backward pass: on partitions that backward crosses the ranks
 (halo gradients to their owners, all-reduced norm sums), so its terms from other ranks must
@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from torch_geometric import nn as gnn
 
-from lightning_halo.exchange.higher_order import refuse_second_order
 from tests.support.graphs import awkward_graph
 from tests.support.hetero import generated_hetero, hetero_model, hetero_reference, run_threaded_hetero, without_zero_extras
 from tests.support.threaded import assert_same, reference, run_threaded
@@ -89,20 +88,6 @@ def test_a_gradient_penalty_through_a_global_batch_norm_matches_the_whole_graph(
     assert_same(got, ref, what="batch norm penalty")
     for r in got["ranks"]:  # running statistics updated once per step, as one process updates them
         torch.testing.assert_close(r["buffers"]["norm.running_var"], ref["buffers"]["norm.running_var"])
-
-
-def test_refuse_second_order_leaves_first_derivatives_alone() -> None:
-    g = torch.ones(3, requires_grad=True)
-    assert refuse_second_order(None, "x") is None
-    plain = torch.ones(3)
-    assert refuse_second_order(plain, "x") is plain  # no graph: nothing to refuse
-    with torch.no_grad():
-        t = g * 2
-        assert refuse_second_order(t, "x") is t  # a backward without create_graph
-    r = refuse_second_order(g * 2, "the thing")
-    assert torch.equal(r, torch.full((3,), 2.0))
-    with pytest.raises(RuntimeError, match="through the thing are not supported on partitions"):
-        r.sum().backward()
 
 
 @pytest.mark.parametrize("conv", ["sage", "hgt", "han"])

@@ -154,3 +154,34 @@ def test_two_calls_per_step_on_threaded_ranks_and_a_new_partitioning(cora_parts)
             assert torch.equal(second, 2 * z_full[reqs[r].flip(0)]), f"rank {r}, step {step}: second call"
             grad[n_id] += g[:, 0]
         assert torch.equal(grad, want_grad), f"step {step}: gradients reach the owners"
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_second_derivatives_through_the_gather_equal_indexing(cora_parts, world) -> None:
+    """A gradient penalty over the gathered rows (``create_graph=True``): the gather's backward is its transpose and
+    differentiates again, so the penalty's gradient reaches every rank's rows as plain indexing's does."""
+    n, all_parts = cora_parts
+    parts, reqs = all_parts[world], _requests(n, world)
+    z_full = torch.randn(n, 4, dtype=torch.float64, requires_grad=True)
+    weights = [torch.randn(*r.shape, 4, dtype=torch.float64) for r in reqs]
+    v_full = torch.rand(n, 4, dtype=torch.float64)
+    group = ThreadGroup(world, timeout=20)
+
+    def rank(r):
+        ex = HaloExchanger(group.transport(r), bits=32)
+        part = parts[r]
+        ex.bind(part)
+        ex.begin_step(training=True)
+        z = z_full.detach()[part.n_id].clone().requires_grad_(True)
+        out = gather_rows(z, reqs[r], exchanger=ex)
+        (g,) = torch.autograd.grad((out.square() * weights[r]).sum(), z, create_graph=True)
+        (g.square() * v_full[part.n_id]).sum().backward()
+        return z.grad, part.n_id
+
+    f = sum((z_full[r].square() * w).sum() for r, w in zip(reqs, weights))
+    (g_full,) = torch.autograd.grad(f, z_full, create_graph=True)
+    (g_full.square() * v_full).sum().backward()
+    grad = torch.zeros_like(z_full)
+    for g, n_id in on_threads(world, rank):
+        grad[n_id] += g
+    torch.testing.assert_close(grad, z_full.grad, rtol=1e-10, atol=1e-12)
