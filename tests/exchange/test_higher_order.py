@@ -15,7 +15,13 @@ from torch import nn
 from torch_geometric import nn as gnn
 
 from tests.support.graphs import awkward_graph
-from tests.support.hetero import generated_hetero, hetero_model, hetero_reference, run_threaded_hetero, without_zero_extras
+from tests.support.hetero import (
+    generated_hetero,
+    hetero_model,
+    hetero_reference,
+    run_threaded_hetero,
+    without_zero_extras,
+)
 from tests.support.threaded import assert_same, reference, run_threaded
 
 DATA = awkward_graph(3)
