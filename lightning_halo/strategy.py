@@ -35,7 +35,7 @@ from lightning_halo.layers.call import Aggregation
 from lightning_halo.layers.hooks import (
     LayerContext,
     LayerHook,
-    ReversibleHook,
+    RecomputeHook,
     check_model,
     find_message_passing,
     install_batch_norms,
@@ -313,7 +313,7 @@ class HaloQuantStrategy(DDPStrategy):
         self._policy: HaloPolicy = SYNC
         self._state_callback: Any = None  # the HaloStateCallback attached at setup (its sync_epoch)
         self._halo_group: Any = None
-        self._hooks: list[LayerHook | ReversibleHook] = []
+        self._hooks: list[LayerHook | RecomputeHook] = []
         self._norm_hooks: list[NormHook] = []
         self._reported: dict[str, str] = {}
 

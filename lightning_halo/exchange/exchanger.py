@@ -191,7 +191,7 @@ class HaloExchanger:
         self._steps = 0
         self._anchors: list[Tensor] = []
         self._replays = Replays()  # the step's fetches that a recomputation in backward repeats
-        self._reversible = 0  # depth of reversible blocks' forwards (begin_reversible)
+        self._recomputed = 0  # depth of forwards of blocks recomputed in backward (begin_recomputed)
         self._observers: list[Observer] = []
 
     # ------------------------------------------------------------------ wiring and binding
@@ -424,15 +424,16 @@ class HaloExchanger:
         self._slots.end_step()
         self._replays.clear()
 
-    def begin_reversible(self) -> None:
-        """A reversible block's forward starts (``GroupAddRev``, called with gradients in a training step): it runs its
-        layers without autograd and again in backward, so their fetches are training exchanges at the run's widths
-        (their backward runs through the replayed rows), not exact side computations."""
-        self._reversible += 1
+    def begin_recomputed(self) -> None:
+        """A block that recomputes its layers in backward starts its forward (``GroupAddRev``,
+        ``DeepGCNLayer(ckpt_grad=True)``, called with gradients in a training step): it runs them without autograd,
+        so their fetches are training exchanges at the run's widths (their backward runs through the replayed rows),
+        not exact side computations."""
+        self._recomputed += 1
 
-    def end_reversible(self) -> None:
-        """The reversible block's forward is done."""
-        self._reversible = max(0, self._reversible - 1)
+    def end_recomputed(self) -> None:
+        """That block's forward is done."""
+        self._recomputed = max(0, self._recomputed - 1)
 
     @property
     def adaptive_bits(self) -> bool:
@@ -505,7 +506,7 @@ class HaloExchanger:
             if kept is not None:
                 return _HaloRows.apply(x_inner, self, dataclasses.replace(kept.fetch, replay=kept.rows))
             exact = True  # nothing kept (a first call with gradients and no saved-tensor hooks): exact, no slot
-        if self._training and (torch.is_grad_enabled() or self._reversible) and not exact:
+        if self._training and (torch.is_grad_enabled() or self._recomputed) and not exact:
             fetch = Fetch(layer, self._slot_index, self._mode, True, direction, route=route)
             self._slot_index += 1
         else:

@@ -52,8 +52,8 @@ from lightning_halo.layers.registry import (
     Normalization,
     UnsupportedLayerError,
     clear_caches,
-    is_reversible,
     layer_spec,
+    recomputed_in_backward,
     refused_instance,
     refused_wrapper,
 )
@@ -564,23 +564,23 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
     return OrderedDict((name, layer_spec(layer)) for name, layer in layers.items())
 
 
-class ReversibleHook:
-    """Marks the forward of a reversible block (PyG's ``InvertibleModule``: ``GroupAddRev``) on the exchange.
+class RecomputeHook:
+    """Marks the forward of a block that runs its layers without autograd and again in backward
+    (:func:`~lightning_halo.layers.registry.recomputed_in_backward`: ``GroupAddRev``, ``DeepGCNLayer(ckpt_grad=True)``).
 
-    Such a block runs its layers without autograd in forward and again in backward (to invert them and to
-    differentiate); the exchange takes its layers' fetches as training exchanges at the run's widths, and the calls
-    in backward replay their rows (:mod:`lightning_halo.exchange.replay`). Only where the block itself is called with
-    gradients: under an outer ``torch.no_grad()`` no backward follows.
+    The exchange then takes its layers' fetches as training exchanges at the run's widths, and the calls in backward
+    replay their rows (:mod:`lightning_halo.exchange.replay`). Only where the block itself is called with gradients in
+    a training step: under an outer ``torch.no_grad()`` no backward follows.
     """
 
-    kind = "reversible"
+    kind = "recomputed"
 
     def __init__(self, module: Module, name: str, ctx: LayerContext) -> None:
         self.module, self.name, self.ctx = module, name, ctx
         self._entered: list[bool] = []
         self._handles: list[Any] = []
 
-    def install(self) -> ReversibleHook:
+    def install(self) -> RecomputeHook:
         self._handles = [
             self.module.register_forward_pre_hook(self._pre),
             self.module.register_forward_hook(self._post, always_call=True),
@@ -595,23 +595,23 @@ class ReversibleHook:
     def _pre(self, module: Module, args: tuple) -> None:
         entered = torch.is_grad_enabled() and self.ctx.exchanger.training
         if entered:
-            self.ctx.exchanger.begin_reversible()
+            self.ctx.exchanger.begin_recomputed()
         self._entered.append(entered)
 
     def _post(self, module: Module, args: tuple, output: Any) -> None:
         if self._entered.pop():
-            self.ctx.exchanger.end_reversible()
+            self.ctx.exchanger.end_recomputed()
 
 
-def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook | ReversibleHook]:
-    """Hook every outermost message-passing layer of ``model`` (after :func:`check_model`), and every reversible
-    block around such layers (:class:`ReversibleHook`)."""
+def install_hooks(model: Module, ctx: LayerContext) -> list[LayerHook | RecomputeHook]:
+    """Hook every outermost message-passing layer of ``model`` (after :func:`check_model`), and every block that
+    recomputes such layers in backward (:class:`RecomputeHook`)."""
     specs = check_model(model)
     layers = find_message_passing(model)
     relations = relation_layers(model, layers)
     ctx.set_relations({name: (layers[name], specs[name], et) for name, et in relations.items()})
-    hooks: list[LayerHook | ReversibleHook] = [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
-    return hooks + [ReversibleHook(m, name, ctx).install() for name, m in model.named_modules() if is_reversible(m)]
+    hooks: list[LayerHook | RecomputeHook] = [LayerHook(layers[name], name, spec, ctx).install() for name, spec in specs.items()]
+    return hooks + [RecomputeHook(m, name, ctx).install() for name, m in model.named_modules() if recomputed_in_backward(m)]
 
 
 def install_batch_norms(model: Module, ctx: LayerContext) -> list[NormHook]:

@@ -536,18 +536,22 @@ _COARSENING = (
 )
 
 
-def is_reversible(module: Module) -> bool:
-    """Whether ``module`` is a reversible block of PyG (``InvertibleModule``, e.g. ``GroupAddRev``): it runs its layers
-    without autograd in forward and again in backward.
+def recomputed_in_backward(module: Module) -> bool:
+    """Whether ``module`` runs its layers without autograd in forward and again in backward: a reversible block of PyG
+    (``InvertibleModule``, e.g. ``GroupAddRev``), or a ``DeepGCNLayer(ckpt_grad=True)`` (its layer under torch's
+    reentrant checkpoint, as DeeperGCN on ogbn-proteins runs it).
 
     Example:
-        >>> from torch_geometric.nn import GroupAddRev, SAGEConv
-        >>> is_reversible(GroupAddRev(SAGEConv(4, 4), num_groups=2)), is_reversible(SAGEConv(4, 4))
+        >>> from torch_geometric.nn import DeepGCNLayer, GroupAddRev, SAGEConv
+        >>> recomputed_in_backward(GroupAddRev(SAGEConv(4, 4), num_groups=2)), recomputed_in_backward(SAGEConv(4, 4))
         (True, False)
+        >>> recomputed_in_backward(DeepGCNLayer(SAGEConv(4, 4), ckpt_grad=True))
+        True
     """
+    from torch_geometric.nn import DeepGCNLayer
     from torch_geometric.nn.models.rev_gnn import InvertibleModule
 
-    return isinstance(module, InvertibleModule)
+    return isinstance(module, InvertibleModule) or (isinstance(module, DeepGCNLayer) and bool(module.ckpt_grad))
 
 
 def refused_wrapper(module: Module) -> Optional[str]:

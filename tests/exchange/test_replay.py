@@ -137,7 +137,7 @@ class Reversible(nn.Module):
         return self.out(self.rev(h, edge_index) if self.reversible else self.rev._forward(h, edge_index))
 
 
-def test_a_reversible_layer_is_exact_at_32_bits() -> None:
+def test_a_reversible_block_is_exact_at_32_bits() -> None:
     """``GroupAddRev`` runs its forward without gradients and calls its layers again in backward to invert them and
     to differentiate; those calls get the forward's rows: single-process PyG's result."""
     torch.manual_seed(0)
@@ -164,6 +164,40 @@ def test_a_reversible_layer_trains_at_the_runs_widths_as_its_plain_coupling_does
     for quantized, full in zip(b["meters"], exact["meters"]):
         for key in (("rev.convs.0.conv", "fwd"), ("rev.convs.1.conv", "bwd")):
             assert 0 < 8 * quantized[key] < full[key]
+
+
+class Deeper(nn.Module):
+    """DeeperGCN's blocks (``DeepGCNLayer``, res+), whose layers run under torch's reentrant checkpoint with
+    ``ckpt_grad=True``, as PyG's ogbn-proteins example trains them."""
+
+    def __init__(self, ckpt_grad: bool) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(D, 16), nn.Linear(16, C)
+        self.blocks = nn.ModuleList(
+            [gnn.DeepGCNLayer(gnn.SAGEConv(16, 16), nn.LayerNorm(16), nn.ReLU(), block="res+", ckpt_grad=ckpt_grad) for _ in range(2)]
+        )
+
+    def forward(self, x, edge_index):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = block(h, edge_index)
+        return self.out(h)
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+def test_deepgcn_blocks_with_ckpt_grad_train_at_the_runs_widths_as_without(mode: str) -> None:
+    """``DeepGCNLayer(ckpt_grad=True)`` checkpoints its layer with ``use_reentrant=True`` (forward without autograd);
+    the block is marked, so its layer's fetches are training exchanges at 1 bit, replayed in backward: the run is
+    the one without checkpoints, bitwise; and exact against PyG at 32 bits."""
+    torch.manual_seed(0)
+    plain, ckpt = Deeper(False).double(), Deeper(True).double()
+    ckpt.load_state_dict(plain.state_dict())
+    a = _run(plain, bits=1, mode=lambda e: mode)
+    b = _run(ckpt, bits=1, mode=lambda e: mode)
+    assert torch.equal(a["out"], b["out"]) and a["meters"] == b["meters"]
+    assert all(torch.equal(a["grad"][k], b["grad"][k]) for k in a["grad"])
+    assert b["ranks"][0]["slots"] == ["blocks.0.conv", "blocks.1.conv"]
+    assert_same(run_threaded(ckpt, DATA, 3, timeout=30), reference(ckpt, DATA), what="DeepGCNLayer(ckpt_grad=True)")
 
 
 def test_a_checkpointed_heterogeneous_model_replays_each_types_rows() -> None:
