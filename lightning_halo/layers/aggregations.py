@@ -12,11 +12,13 @@ every real node's quantile and the fill value of those without messages are PyG'
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 from torch.nn import Module
+
+from lightning_halo.layers.around import AroundForward
 
 
 def find_quantile_aggregations(module: Module) -> list[Module]:
@@ -26,7 +28,7 @@ def find_quantile_aggregations(module: Module) -> list[Module]:
     return [m for m in module.modules() if isinstance(m, QuantileAggregation)]
 
 
-class QuantileGuard:
+class QuantileGuard(AroundForward):
     """Lets one ``QuantileAggregation`` take calls whose first target node has no message, while ``active()``.
 
     Args:
@@ -34,22 +36,12 @@ class QuantileGuard:
         active (callable): whether a partition is bound (else the call runs as PyG's).
     """
 
+    with_kwargs = True
+
     def __init__(self, module: Module, active: Callable[[], bool]) -> None:
-        self.module, self.active = module, active
-        self._handles: list[Any] = []
+        super().__init__(module)
+        self.active = active
         self._padded: list[bool] = []
-
-    def install(self) -> QuantileGuard:
-        self._handles = [
-            self.module.register_forward_pre_hook(self._pre, with_kwargs=True),
-            self.module.register_forward_hook(self._post, always_call=True),
-        ]
-        return self
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
 
     def _pre(self, module: Module, args: tuple, kwargs: dict) -> Optional[tuple[tuple, dict]]:
         x = args[0] if args else kwargs.get("x")

@@ -27,6 +27,7 @@ from lightning_halo.exchange.cover import CoverRoute
 from lightning_halo.exchange.plan import type_plan_key
 from lightning_halo.layers.aggregations import QuantileGuard, find_quantile_aggregations
 from lightning_halo.layers.apply import LayerEdges, covered_edges, layer_edges, rewrite_arguments, with_halo
+from lightning_halo.layers.around import AroundForward
 from lightning_halo.layers.batchnorm import BatchNormHook, BoundRows, NormHook, find_batch_norms
 from lightning_halo.layers.call import Aggregation, LayerCall, build_call, check_aggregation
 from lightning_halo.layers.edges import PartitionEdges
@@ -564,7 +565,7 @@ def check_model(model: Module, require_layers: bool = True) -> OrderedDict[str, 
     return OrderedDict((name, layer_spec(layer)) for name, layer in layers.items())
 
 
-class RecomputeHook:
+class RecomputeHook(AroundForward):
     """Marks the forward of a block that runs its layers without autograd and again in backward
     (:func:`~lightning_halo.layers.registry.recomputed_in_backward`: ``GroupAddRev``, ``DeepGCNLayer(ckpt_grad=True)``).
 
@@ -576,21 +577,9 @@ class RecomputeHook:
     kind = "recomputed"
 
     def __init__(self, module: Module, name: str, ctx: LayerContext) -> None:
-        self.module, self.name, self.ctx = module, name, ctx
+        super().__init__(module)
+        self.name, self.ctx = name, ctx
         self._entered: list[bool] = []
-        self._handles: list[Any] = []
-
-    def install(self) -> RecomputeHook:
-        self._handles = [
-            self.module.register_forward_pre_hook(self._pre),
-            self.module.register_forward_hook(self._post, always_call=True),
-        ]
-        return self
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
 
     def _pre(self, module: Module, args: tuple) -> None:
         entered = torch.is_grad_enabled() and self.ctx.exchanger.training
