@@ -83,7 +83,11 @@ class Replays:
         if len(kept) == 1:
             return kept[0]
         now = fingerprint(x_inner)
-        return min(kept, key=lambda k: float((k.signature - now).abs().max()) if k.signature.shape == now.shape else float("inf"))
+
+        def distance(k: Kept) -> float:
+            return float((k.signature - now).abs().max()) if k.signature.shape == now.shape else float("inf")
+
+        return min(kept, key=distance)  # equal inputs (a tie): their rows differ only by rounding noise; the first
 
     def clear(self) -> None:
         self._kept.clear()
