@@ -2,7 +2,9 @@ r"""The differentiable halo fetch of one rank: one autograd function over the wi
 
 :class:`HaloExchanger` binds a partition (its plans), fetches halo rows for the layer calls
 (:meth:`~HaloExchanger.fetch`, differentiable: in backward the halo gradients go back to their
-owners) and keeps the training slots that make ``"pipelined"`` and ``"periodic"`` epochs work.
+owners, through an autograd function of its own, the fetch's transpose, so that it differentiates
+again; a call made during backward replays the step's rows, :mod:`~lightning_halo.exchange.replay`)
+and keeps the training slots that make ``"pipelined"`` and ``"periodic"`` epochs work.
 It is given its epoch and mode before every step (:meth:`~HaloExchanger.begin_step`, by the
 strategy). Beside it, built on the same wire: :attr:`~HaloExchanger.collectives` (the exact
 collectives the layer calls are given) and :attr:`~HaloExchanger.state` (what checkpoints).
