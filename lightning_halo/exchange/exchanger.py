@@ -500,8 +500,8 @@ class HaloExchanger:
         if self._inputs.holds(x_inner):
             halo = self._inputs.halo(x_inner, p, direction, layer)
             return halo if route is None else route.from_halo(halo)
-        key = (layer, direction, route is not None)
-        if self._training and recomputing():
+        key, again = (layer, direction, route is not None), recomputing()
+        if self._training and again:
             # activation checkpointing or a reversible layer runs this call again in backward: the rows the
             # first call got, without traffic (another exchange would round them anew; see exchange.replay)
             kept = self._replays.find(key, x_inner)
@@ -514,9 +514,9 @@ class HaloExchanger:
         else:
             fetch = Fetch(layer, None, "sync", self._training, direction, exact=True, route=route)
         out = _HaloRows.apply(x_inner, self, fetch)
-        if self._training and not recomputing() and may_recompute():
+        if self._training and not again and may_recompute():
             self._replays.keep(key, x_inner, out, fetch)
-        if out.requires_grad and not recomputing():
+        if out.requires_grad and not again:
             self._anchors.append(out)
         return out
 

@@ -116,7 +116,7 @@ class _GlobalBatchNorm(torch.autograd.Function):
     def backward(ctx: Any, gy: Tensor) -> tuple[Optional[Tensor], ...]:  # type: ignore[override]
         x, mean, invstd, weight, bias = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: a backward that differentiates again, through global sums
-            return (*_differentiable_grads(x, weight, bias, gy, ctx.needs_input_grad[:3], ctx.call), None, None, None, None)
+            return (*_differentiable_grads(x, weight, bias, gy, ctx.needs_input_grad[:3], ctx.n, ctx.call), None, None, None, None)
         xhat = (x - _per_channel(mean.to(x.dtype), x)) * _per_channel(invstd.to(x.dtype), x)
         dims = _dims(gy)
         g_weight = (gy * xhat).sum(dims) if ctx.needs_input_grad[1] else None
@@ -133,27 +133,25 @@ class _GlobalBatchNorm(torch.autograd.Function):
 
 
 def _differentiable_grads(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], gy: Tensor, needs: tuple[bool, ...], call: NormCall
+    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], gy: Tensor, needs: tuple[bool, ...], n: int,
+    call: NormCall,
 ) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """The batch norm's gradients as a graph of their own (``create_graph=True``): the normalisation recomputed from
-    ``x`` with its statistics as differentiable global sums, then differentiated, so that a second derivative reaches
-    every rank's rows as one process's does."""
+    ``x`` (``n`` rows over all ranks) with its statistics as differentiable global sums, then differentiated, so that
+    a second derivative reaches every rank's rows as one process's does. The saved tensors carry their history here:
+    the gradients are functions of them, in the outer graph."""
     dims = _dims(x)
+    inputs = (x, weight, bias)
     with torch.enable_grad():
-        # the saved tensors carry their history here: the gradients below are functions of them, in the outer graph
-        leaves = [x, weight, bias]
-        xl, wl, bl = leaves
-        count = global_sum(torch.full((1,), x.numel() // max(1, x.size(1)), dtype=torch.float64, device=x.device),
-                           call.all_sum, call.name)  # fmt: skip
-        mean = global_sum(xl.double().sum(dims), call.all_sum, call.name) / count
-        centred = xl - _per_channel(mean.to(x.dtype), x)
-        var = global_sum(centred.double().square().sum(dims), call.all_sum, call.name) / count
+        mean = global_sum(x.double().sum(dims), call.all_sum, call.name) / n
+        centred = x - _per_channel(mean.to(x.dtype), x)
+        var = global_sum(centred.double().square().sum(dims), call.all_sum, call.name) / n
         y = centred * _per_channel((var + call.eps).rsqrt().to(x.dtype), x)
-        y = y if wl is None else y * _per_channel(wl, x)
-        y = y if bl is None else y + _per_channel(bl, x)
-        wanted = [t for t, need in zip(leaves, needs) if t is not None and need]
+        y = y if weight is None else y * _per_channel(weight, x)
+        y = y if bias is None else y + _per_channel(bias, x)
+        wanted = [t for t, need in zip(inputs, needs) if t is not None and need]
         grads = iter(torch.autograd.grad(y, wanted, gy, create_graph=True))
-    return tuple(next(grads) if t is not None and need else None for t, need in zip(leaves, needs))  # type: ignore[return-value]
+    return tuple(next(grads) if t is not None and need else None for t, need in zip(inputs, needs))  # type: ignore[return-value]
 
 
 def global_batch_norm(x: Tensor, module: Module, call: NormCall) -> Tensor:
