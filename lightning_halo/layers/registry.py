@@ -303,7 +303,8 @@ _BUILTIN_SPECS: dict[str, LayerSpec] = {
 }
 #: Layers that take bipartite input with nothing else to do on a partition.
 _BIPARTITE_LAYERS = ("GATConv", "GATv2Conv", "TransformerConv", "GINEConv", "ResGatedGraphConv", "LEConv", "GENConv",
-                     "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv")  # fmt: skip
+                     "GeneralConv", "NNConv", "CGConv", "EdgeConv", "MFConv", "GMMConv",
+                     "WLConvContinuous")  # fmt: skip
 #: Built-in layers that cannot run exactly on a partition, and why.
 _BUILTIN_REFUSED: dict[str, str] = {
     "EGConv": "its symmetric-normalised aggregators read source degrees; GCNConv (symmetric normalisation with "
@@ -323,7 +324,6 @@ _BUILTIN_REFUSED: dict[str, str] = {
     "HypergraphConv": "it takes hyperedges, not an edge_index of node pairs",
     "PDNConv": "it normalises with source degrees computed from learned edge weights",
     "SignedConv": "it takes separate positive and negative edge sets",
-    "WLConvContinuous": "it is parameter-free colour refinement over the whole graph",
     "PANConv": "it builds path matrices over the whole graph with torch-sparse",
     "HEATConv": "it is a heterogeneous-graph layer (node and edge types with their own embeddings); RGCNConv or "
     "RGATConv with edge_type are exact",

@@ -231,6 +231,8 @@ def _layer_factory(name: str, h: int, deg: torch.Tensor) -> tuple[nn.Module, str
         "EdgeConv": (lambda: gnn.EdgeConv(_mlp(2 * h, h)), "plain"),
         "MFConv": (lambda: gnn.MFConv(h, h, max_degree=4), "plain"),
         "GMMConv": (lambda: gnn.GMMConv(h, h, dim=e, kernel_size=2), "attr"),
+        # its mean divides by the weighted in-degree of each target: every in-edge of an inner node is local
+        "WLConvContinuous": (lambda: gnn.WLConvContinuous(), "weight"),
         "ClusterGCNConv": (lambda: gnn.ClusterGCNConv(h, h, diag_lambda=0.3), "plain"),
         "PNAConv": (
             lambda: gnn.PNAConv(h, h, aggregators=["mean", "max", "std"], scalers=["identity", "amplification"], deg=deg),
