@@ -1,6 +1,7 @@
 """Train a heterogeneous GNN on DBLP (authors, papers, terms, conferences) with 2 CPU processes and the halo strategy.
 
     python examples/hetero_dblp.py --devices 2 --bits 1 --epochs 100 --conv sage
+    python examples/hetero_dblp.py --conv hgt --norm layer     # HGT with a LayerNorm per type (steadier)
     python examples/hetero_dblp.py --data PATH/heco/dblp        # HeCo's DBLP (or acm) folder
     python examples/hetero_dblp.py --data graph.pt              # a torch.save'd HeteroData, or a graph directory
 
@@ -95,6 +96,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--bits", type=int, default=1, choices=[1, 2, 4, 8, 32])
     parser.add_argument("--conv", default="sage", choices=["sage", "gat", "hgt", "han"])
+    parser.add_argument("--norm", default=None, choices=["layer", "batch"],
+                        help="a normalisation per node type after each layer (layer: HGT's own recipe, steadier)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -102,7 +105,7 @@ def main() -> None:
     L.seed_everything(args.seed, verbose=False)
     dm = HaloDataModule(load(args.data))
     model = HeteroNodeClassifier(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type,
-                                 hidden_channels=args.hidden, conv=args.conv)  # fmt: skip
+                                 hidden_channels=args.hidden, conv=args.conv, norm=args.norm)  # fmt: skip
     strategy = HaloQuantStrategy(bits=args.bits, find_unused_parameters=args.conv in ("hgt", "han"))
     trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=args.devices, max_epochs=args.epochs,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -15,6 +15,7 @@ from torch_geometric.nn import HeteroConv
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from lightning_halo.models.node_classifier import Norm, check_norm, row_norm
 from lightning_halo.partition.hetero import local_features
 
 HeteroConvKind = Literal["sage", "gat", "hgt", "han"]
@@ -108,10 +109,12 @@ class RelationSum(HeteroConv):
 
 def hetero_layers(metadata: tuple[list[str], list[EdgeType]], num_features: dict[str, int], num_nodes: dict[str, int],
                   targets: Sequence[str], *, hidden: int, num_layers: int, conv: str, heads: int,
-                  featureless: str) -> tuple[nn.ModuleDict, nn.ModuleList]:  # fmt: skip
+                  featureless: str, norm: Optional[str] = None) -> tuple[nn.ModuleDict, nn.ModuleList, nn.ModuleList]:  # fmt: skip
     """The zoo's heterogeneous encoder: an input module per node type the first layer reads (a projection, or an
-    embedding for a type without features) and ``num_layers`` layers whose outputs reach ``targets``
-    (:func:`needed_relations`; ``"hgt"`` and ``"han"`` update every type)."""
+    embedding for a type without features), ``num_layers`` layers whose outputs reach ``targets``
+    (:func:`needed_relations`; ``"hgt"`` and ``"han"`` update every type) and, with ``norm``, one normalisation per
+    layer and type it outputs (:func:`~lightning_halo.models.node_classifier.row_norm`; the last layer's for
+    ``targets`` only: the others' would get no gradient). Without ``norm`` the third list is empty."""
     node_types, edge_types = list(metadata[0]), [tuple(e) for e in metadata[1]]
     for t in targets:
         if t not in node_types:
@@ -135,13 +138,18 @@ def hetero_layers(metadata: tuple[list[str], list[EdgeType]], num_features: dict
         # a relation joins two node types: PyG's GATConv takes (x_src, x_dst) without self-loops
         return GATConv((hidden, hidden), hidden // heads, heads=heads, add_self_loops=False)
 
+    norms = nn.ModuleList()
+    if norm is not None:
+        for i, chosen in enumerate(layers * num_layers if every_type else layers):
+            outputs = {e[2] for e in chosen} & set(targets) if i == num_layers - 1 else {e[2] for e in chosen}
+            norms.append(nn.ModuleDict({t: row_norm(norm, hidden) for t in node_types if t in outputs}))
     if every_type:
         layer = HGTConv if conv == "hgt" else HANConv
         meta = (node_types, edge_types)
-        return inputs, nn.ModuleList([layer(hidden, hidden, meta, heads=heads) for _ in range(num_layers)])
+        return inputs, nn.ModuleList([layer(hidden, hidden, meta, heads=heads) for _ in range(num_layers)]), norms
     with warnings.catch_warnings():  # PyG warns of types a layer does not update: pruned on purpose
         warnings.filterwarnings("ignore", message="There exist node types")
-        return inputs, nn.ModuleList([RelationSum({e: relation() for e in chosen}) for chosen in layers])
+        return inputs, nn.ModuleList([RelationSum({e: relation() for e in chosen}) for chosen in layers]), norms
 
 
 def hetero_embed(inputs: nn.ModuleDict, batch: Any, featureless: str) -> dict[str, Tensor]:
@@ -161,10 +169,14 @@ def hetero_embed(inputs: nn.ModuleDict, batch: Any, featureless: str) -> dict[st
     return out
 
 
-def hetero_propagate(convs: nn.ModuleList, x: dict[str, Tensor], edges: Any, dropout: float, training: bool) -> dict[str, Tensor]:
-    """The layers over ``edges`` (``batch.edge_index_dict``), ReLU and dropout between them."""
+def hetero_propagate(convs: nn.ModuleList, x: dict[str, Tensor], edges: Any, dropout: float, training: bool,
+                     norms: Sequence[nn.ModuleDict] = ()) -> dict[str, Tensor]:  # fmt: skip
+    """The layers over ``edges`` (``batch.edge_index_dict``), each output normalised per type when ``norms`` has a
+    module for it (:func:`hetero_layers`), ReLU and dropout between them."""
     for i, conv in enumerate(convs):
         x = conv(x, edges)
+        if norms:
+            x = {t: norms[i][t](v) if t in norms[i] and v is not None else v for t, v in x.items()}
         if i < len(convs) - 1:
             x = {t: F.dropout(F.relu(v), p=dropout, training=training) for t, v in x.items() if v is not None}
     return x
@@ -218,6 +230,10 @@ class HeteroNodeClassifier(pl.LightningModule):
         weight_decay (float, optional): Adam weight decay. (default: ``5e-4``)
         featureless (str, optional): ``"embedding"`` (a learned row per node of a type without
             features) or ``"type"`` (one learned row per such type). (default: ``"embedding"``)
+        norm (str, optional): ``None``, ``"layer"`` (a LayerNorm per node type after each layer, each
+            row alone: HGT's own recipe, which steadies its training; see docs/heterogeneous.md) or
+            ``"batch"`` (BatchNorm per node type, whole-graph statistics under the strategy).
+            (default: ``None``)
 
     Shapes:
         - **input:** a :class:`~torch_geometric.data.HeteroData` (or its partition) with ``x`` per featured type.
@@ -245,9 +261,11 @@ class HeteroNodeClassifier(pl.LightningModule):
         lr: float = 0.01,
         weight_decay: float = 5e-4,
         featureless: Featureless = "embedding",
+        norm: Norm = None,
     ) -> None:
         super().__init__()
         check_hetero_options(conv, featureless, hidden_channels, heads)
+        check_norm(norm)
         self.save_hyperparameters()
         self.val_acc = MulticlassAccuracy(out_channels, average="micro")
         self.test_acc = MulticlassAccuracy(out_channels, average="micro")
@@ -276,9 +294,9 @@ class HeteroNodeClassifier(pl.LightningModule):
             raise ValueError(f"target={target!r} is not a node type of the graph ({list(metadata[0])})")
         self.target = target
         self.meta = (list(metadata[0]), [tuple(e) for e in metadata[1]])
-        self.inputs, self.convs = hetero_layers(metadata, num_features, num_nodes, [target], hidden=h.hidden_channels,
-                                                num_layers=h.num_layers, conv=h.conv, heads=h.heads,
-                                                featureless=h.featureless)  # fmt: skip
+        self.inputs, self.convs, self.norms = hetero_layers(
+            metadata, num_features, num_nodes, [target], hidden=h.hidden_channels, num_layers=h.num_layers,
+            conv=h.conv, heads=h.heads, featureless=h.featureless, norm=h.get("norm"))  # fmt: skip
         self.head = nn.Linear(h.hidden_channels, h.out_channels)
 
     def embed(self, batch: Any) -> dict[str, Tensor]:
@@ -287,7 +305,8 @@ class HeteroNodeClassifier(pl.LightningModule):
 
     @override
     def forward(self, batch: Any) -> Tensor:
-        x = hetero_propagate(self.convs, self.embed(batch), batch.edge_index_dict, self.hparams.dropout, self.training)
+        x = hetero_propagate(self.convs, self.embed(batch), batch.edge_index_dict, self.hparams.dropout, self.training,
+                             self.norms)  # fmt: skip
         return self.head(x[self.target])
 
     @override

@@ -15,6 +15,7 @@ from typing_extensions import override
 from lightning_halo.link.gather import gather_rows
 from lightning_halo.link.metrics import HitsAtK
 from lightning_halo.loss import global_mean
+from lightning_halo.models.node_classifier import Norm, check_norm
 
 Encoder = Literal["gcn", "sage"]
 Decoder = Literal["dot", "mlp"]
@@ -191,6 +192,7 @@ class HeteroLinkPredictor(_PairScorer):
         dropout (float, optional): dropout between layers. (default: ``0.0``)
         lr (float, optional): Adam learning rate. (default: ``0.01``)
         hits_k (int, optional): :math:`K` of Hits@K. (default: ``50``)
+        norm (str, optional): ``None``, ``"layer"`` or ``"batch"``, as for ``HeteroNodeClassifier``. (default: ``None``)
 
     Shapes:
         - **score:** a batch with ``batch[edge_type].edge_label_index`` :math:`(2, M)` → :math:`(M,)` logits
@@ -218,11 +220,13 @@ class HeteroLinkPredictor(_PairScorer):
         dropout: float = 0.0,
         lr: float = 0.01,
         hits_k: int = 50,
+        norm: Norm = None,
     ) -> None:
         super().__init__()
         from lightning_halo.models.hetero_classifier import check_hetero_options, graph_given
 
         check_hetero_options(conv, featureless, hidden_channels, heads)
+        check_norm(norm)
         if decoder not in ("dot", "mlp"):
             raise ValueError(f"decoder must be 'dot' or 'mlp', got {decoder!r}")
         self.save_hyperparameters()
@@ -257,9 +261,9 @@ class HeteroLinkPredictor(_PairScorer):
             raise ValueError(f"edge_type={edge_type!r} is not an edge type of the graph ({list(metadata[1])})")
         self.edge_type = edge_type
         ends = list(dict.fromkeys((edge_type[0], edge_type[2])))
-        self.inputs, self.convs = hetero_layers(metadata, num_features, num_nodes, ends, hidden=h.hidden_channels,
-                                                num_layers=h.num_layers, conv=h.conv, heads=h.heads,
-                                                featureless=h.featureless)  # fmt: skip
+        self.inputs, self.convs, self.norms = hetero_layers(
+            metadata, num_features, num_nodes, ends, hidden=h.hidden_channels, num_layers=h.num_layers, conv=h.conv,
+            heads=h.heads, featureless=h.featureless, norm=h.get("norm"))  # fmt: skip
         hidden = h.hidden_channels
         self.mlp: Optional[nn.Module] = MLP([hidden, hidden, 1], norm=None) if h.decoder == "mlp" else None
 
@@ -269,7 +273,7 @@ class HeteroLinkPredictor(_PairScorer):
         from lightning_halo.models.hetero_classifier import hetero_embed, hetero_propagate
 
         x = hetero_embed(self.inputs, batch, self.hparams.featureless)
-        return hetero_propagate(self.convs, x, batch.edge_index_dict, self.hparams.dropout, self.training)
+        return hetero_propagate(self.convs, x, batch.edge_index_dict, self.hparams.dropout, self.training, self.norms)
 
     @override
     def pairs(self, batch: Any) -> tuple[Tensor, Tensor]:

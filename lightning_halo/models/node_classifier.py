@@ -14,6 +14,21 @@ from typing_extensions import override
 Norm = Optional[Literal["batch", "layer"]]
 
 
+def check_norm(norm: Any) -> None:
+    """The zoo's ``norm`` option, checked once for every model that takes it."""
+    if norm not in (None, "batch", "layer"):
+        raise ValueError(f"norm must be None, 'batch' or 'layer', got {norm!r}")
+
+
+def row_norm(norm: str, channels: int) -> nn.Module:
+    """PyG's normalisation layer for ``norm`` as ``BasicGNN`` builds it, ``"layer"`` per node (``mode="node"``: each
+    row normalised alone, exact on partitions); ``"batch"``'s statistics are whole-graph ones under the strategy."""
+    from torch_geometric.nn.resolver import normalization_resolver
+
+    kwargs = {"mode": "node"} if norm == "layer" else {}
+    return normalization_resolver(norm, channels, **kwargs)
+
+
 class NodeClassifier(pl.LightningModule):
     r"""Full-graph node classification: a PyG ``BasicGNN``, cross-entropy, torchmetrics metrics.
 
@@ -62,8 +77,7 @@ class NodeClassifier(pl.LightningModule):
         super().__init__()
         if out_channels < 2:
             raise ValueError(f"out_channels must be the number of classes (>= 2), got {out_channels}")
-        if norm not in (None, "batch", "layer"):
-            raise ValueError(f"norm must be None, 'batch' or 'layer', got {norm!r}")
+        check_norm(norm)
         self.save_hyperparameters()
         self.gnn = self.build_gnn()
         self._reduce = self._aggregation() if sparse else "sum"

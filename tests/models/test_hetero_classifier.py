@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from lightning_halo.models import HeteroNodeClassifier
+from lightning_halo.models.hetero_classifier import needed_relations
 from tests.support.hetero import generated_hetero, hetero_reference, run_threaded_hetero, without_zero_extras
 from tests.support.threaded import assert_same
 
 
-def _model(data, conv: str, featureless: str) -> HeteroNodeClassifier:
+def _model(data, conv: str, featureless: str, norm=None) -> HeteroNodeClassifier:
     torch.manual_seed(0)
     num_features = {t: int(data[t].x.size(1)) if "x" in data[t] else 0 for t in data.node_types}
     num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
     return HeteroNodeClassifier(3, data.metadata(), num_features, num_nodes, "paper", hidden_channels=8, conv=conv,
-                                dropout=0.0, featureless=featureless).double()  # fmt: skip
+                                dropout=0.0, featureless=featureless, norm=norm).double()  # fmt: skip
 
 
 def _forward(model, batch):
@@ -31,6 +32,38 @@ def test_every_conv_matches_the_whole_graph(conv: str, featureless: str) -> None
     ref = hetero_reference(model, data, _forward, "paper")
     got = run_threaded_hetero(model, data, 3, _forward, "paper")
     assert_same(without_zero_extras(got, ref), ref, what=f"{conv}, featureless={featureless}")
+
+
+@pytest.mark.parametrize("conv", ["sage", "hgt", "han"])
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+@pytest.mark.parametrize("world_size, halo_reduction", [(2, "cover"), (3, "none")])
+def test_normalised_layers_match_the_whole_graph(conv: str, norm: str, world_size: int, halo_reduction: str) -> None:
+    data = generated_hetero()
+    model = _model(data, conv, "embedding", norm)
+    with torch.no_grad():  # away from LayerNorm's and BatchNorm's initial identity, so their weights take part
+        for p in model.norms.parameters():
+            p.uniform_(0.5, 1.5)
+    ref = hetero_reference(model, data, _forward, "paper")
+    got = run_threaded_hetero(model, data, world_size, _forward, "paper", halo_reduction=halo_reduction)
+    assert any(k.startswith("norms.") for k in ref["grad"]), "no normalisation took part"
+    assert_same(without_zero_extras(got, ref), ref, what=f"{conv}, norm={norm}")
+    if norm == "batch":  # running statistics are whole-graph ones too
+        for k, b in ref["buffers"].items():
+            if k.startswith("norms.") and "running" in k:
+                for rank in got["ranks"]:
+                    torch.testing.assert_close(rank["buffers"][k], b, rtol=1e-10, atol=1e-12, msg=k)
+
+
+def test_norms_per_layer_and_type_reach_the_target_only_in_the_last_layer() -> None:
+    data = generated_hetero()
+    sage, hgt = _model(data, "sage", "embedding", "layer"), _model(data, "hgt", "embedding", "layer")
+    assert list(sage.norms[-1]) == list(hgt.norms[-1]) == ["paper"]  # the others would get no gradient
+    assert set(hgt.norms[0]) == {e[2] for e in data.edge_types}
+    first = needed_relations(data.edge_types, "paper", 2)[0]
+    assert set(sage.norms[0]) == {e[2] for e in first} != set(data.node_types)  # what the pruned layer outputs
+    assert len(_model(data, "sage", "embedding").norms) == 0  # no norm: no module, the state dict as before
+    with pytest.raises(ValueError, match="norm must be None, 'batch' or 'layer'"):
+        HeteroNodeClassifier(3, norm="group")  # type: ignore[arg-type]
 
 
 def test_a_featureless_type_by_type_has_one_learned_row() -> None:

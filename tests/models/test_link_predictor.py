@@ -48,6 +48,10 @@ def test_hetero_link_predictor_options_and_relations() -> None:
         HeteroLinkPredictor(decoder="cosine")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="conv must be"):
         HeteroLinkPredictor(conv="gcn")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="norm must be"):
+        HeteroLinkPredictor(norm="graph")  # type: ignore[arg-type]
+    normed = HeteroLinkPredictor(meta, *sizes, ("author", "writes", "paper"), hidden_channels=8, norm="layer")
+    assert len(model.norms) == 0 and [sorted(n) for n in normed.norms] == [["author", "paper"]] * 2  # both ends
 
 
 def test_hetero_link_predictor_learns_on_one_process(tmp_path) -> None:

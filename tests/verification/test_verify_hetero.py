@@ -1,7 +1,7 @@
 """lightning_halo.verify on a heterogeneous graph: rows compared per node type in global order within the type.
 
-It passes the zoo's HeteroNodeClassifier (SAGE per relation, dropout on, an embedded type without features)
-and HGT, and names the first module fed rows that a line of forward computed over one partition's nodes of
+It passes the zoo's HeteroNodeClassifier (SAGE per relation with a BatchNorm per type, dropout on, an embedded
+type without features) and HGT, and names the first module fed rows that a line of forward computed over one partition's nodes of
 a type (a mean over the type's rows between the layers).
 """
 
@@ -28,16 +28,16 @@ class _Centred(HeteroNodeClassifier):
         return self.head(self.convs[1](x, edges)[self.target])
 
 
-def _model(cls: type, dm: HaloDataModule, conv: str) -> HeteroNodeClassifier:
+def _model(cls: type, dm: HaloDataModule, conv: str, norm=None) -> HeteroNodeClassifier:
     torch.manual_seed(0)
     return cls(dm.num_classes, dm.metadata, dm.num_features, dm.num_nodes, dm.labelled_type, hidden_channels=8,
-               conv=conv, heads=2, dropout=0.5)  # fmt: skip
+               conv=conv, heads=2, dropout=0.5, norm=norm)  # fmt: skip
 
 
-@pytest.mark.parametrize(("conv", "devices"), [("sage", 2), ("hgt", 3)])
-def test_passes_a_heterogeneous_model_that_is_exact(conv: str, devices: int, tmp_path) -> None:
+@pytest.mark.parametrize(("conv", "devices", "norm"), [("sage", 2, "batch"), ("hgt", 3, None)])
+def test_passes_a_heterogeneous_model_that_is_exact(conv: str, devices: int, norm, tmp_path) -> None:
     dm = HaloDataModule(generated_hetero(), cache_dir=str(tmp_path / "cache"))
-    model = _model(HeteroNodeClassifier, dm, conv)
+    model = _model(HeteroNodeClassifier, dm, conv, norm)
     strategy = None
     if conv == "hgt":
         from lightning_halo import HaloQuantStrategy
