@@ -25,5 +25,7 @@ def test_hetero_example_trains_hgt_with_layer_norm_on_two_processes(tmp_path) ->
     output = "".join(r.stdout for r in results)
     epochs = re.findall(r"^epoch", output, flags=re.MULTILINE)
     assert len(epochs) == 3, output[-2000:]
+    sent, fp32 = map(float, re.search(r"training halo traffic ([\d.]+) MB vs ([\d.]+) MB as float32", output).groups())
+    assert 0 < sent < fp32 / 8, output[-2000:]  # 1-bit halos of every source type HGT reads
     acc = float(re.search(r"test accuracy of the paper nodes: (\d\.\d+)", output).group(1))
     assert 0.0 <= acc <= 1.0, output[-2000:]

@@ -1,8 +1,8 @@
 """lightning_halo.verify on a heterogeneous graph: rows compared per node type in global order within the type.
 
 It passes the zoo's HeteroNodeClassifier (SAGE per relation with a BatchNorm per type, dropout on, an embedded
-type without features) and HGT, and names the first module fed rows that a line of forward computed over one partition's nodes of
-a type (a mean over the type's rows between the layers).
+type without features) and HGT, and names the first module fed rows that a line of forward computed over one
+partition's nodes of a type (a mean over the type's rows between the layers).
 """
 
 from __future__ import annotations
