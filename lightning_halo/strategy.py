@@ -25,6 +25,7 @@ from typing_extensions import override
 from lightning_halo._compat.lightning import (
     StrategyRegistryType,
     compiled_by_trainer,
+    precision_input_dtype,
     step_output_redirection,
     stop_launched_ranks,
 )
@@ -87,6 +88,33 @@ def check_batch(batch: Any, rank: int, world_size: int) -> HaloPartition | Heter
             f"{int(batch.num_parts)}; each rank must get its own part of a {world_size}-way partition."
         )
     return batch
+
+
+def check_input_dtype(batch: HaloPartition | HeteroHaloPartition, precision: Precision) -> None:
+    """Refuse features of another dtype than the one a ``"*-true"`` precision runs the model in.
+
+    Lightning converts the floating tensors of a step's input collections (``Precision.convert_input``), not the
+    attributes of a PyG graph, so ``Trainer(precision="64-true")`` would meet float32 features in the first layer
+    (a dtype error from deep inside it). ``"*-mixed"`` precisions take float32 inputs: nothing to check.
+
+    Raises:
+        TypeError: naming the precision, the node type and both dtypes, and how to convert the graph.
+    """
+    want = precision_input_dtype(precision)
+    if want is None:
+        return
+    hetero = isinstance(batch, HeteroHaloPartition)
+    for node_type, store in [(t, batch[t]) for t in batch.node_types] if hetero else [(None, batch)]:
+        for key in ("x", "halo_x"):
+            x = store.get(key)
+            if isinstance(x, Tensor) and x.is_floating_point() and x.dtype != want:
+                where = f" of node type {node_type!r}" if node_type is not None else ""
+                raise TypeError(
+                    f"Trainer(precision={getattr(precision, 'precision', '?')!r}) runs the model in {want}, but the "
+                    f"partition's features `{key}`{where} are {x.dtype}: Lightning converts the tensors of a step's "
+                    f"input collections, not the attributes of a PyG graph. Convert the graph's floating attributes "
+                    f"before HaloDataModule (data.x = data.x.to({want}), and edge weights), or use precision='32-true'."
+                )
 
 
 def check_materialised(module: torch.nn.Module) -> None:
@@ -534,6 +562,7 @@ class HaloQuantStrategy(DDPStrategy):
         batch = check_batch(args[0] if args else kwargs.get("batch"), self.global_rank, self.world_size)
         use_exchanger(self.exchanger)  # lightning_halo.gather_rows in the step runs on it
         if self.exchanger.bind(batch):  # another partition (not another stage's view of the bound one)
+            check_input_dtype(batch, self.precision_plugin)
             self._layers.bind(batch)
             if self.exchanger.active:
                 self._check_plans()

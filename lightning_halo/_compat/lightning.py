@@ -29,6 +29,22 @@ def stop_launched_ranks(launcher: Any, grace_s: float = 2.0) -> None:
     launcher.kill(_get_sigkill_signal())
 
 
+def precision_input_dtype(precision: Any) -> Any:
+    """The dtype a precision plugin converts a step's floating inputs to (``None``: it leaves them as they are).
+
+    ``DoublePrecision`` ("64-true") converts them to float64 and ``HalfPrecision`` ("16-true", "bf16-true")
+    to its ``_desired_input_dtype``; the other plugins (``"32-true"``, ``"*-mixed"``) leave inputs alone.
+    """
+    import torch
+    from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision
+
+    if isinstance(precision, DoublePrecision):
+        return torch.float64
+    if isinstance(precision, HalfPrecision):
+        return precision._desired_input_dtype
+    return None
+
+
 def compiled_by_trainer(module: Any) -> bool:
     """Whether ``module`` is a LightningModule given to the Trainer as ``torch.compile(module)``.
 

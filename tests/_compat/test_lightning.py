@@ -99,3 +99,19 @@ def test_the_training_step_runs_through_the_strategys_redirection_and_its_output
     from lightning.pytorch.strategies import Strategy
 
     assert '_forward_redirection(self.model, self.lightning_module, "training_step"' in inspect.getsource(Strategy.training_step)
+
+
+def test_the_precision_plugins_say_which_dtype_they_convert_inputs_to() -> None:
+    """``DoublePrecision`` and ``HalfPrecision`` (the ``"*-true"`` ones) convert a step's floating inputs; the others
+    leave them alone: what ``strategy.check_input_dtype`` compares a partition's features with."""
+    import torch
+    from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision
+
+    from lightning_halo._compat.lightning import precision_input_dtype
+
+    x = torch.zeros(2, dtype=torch.float32)
+    for plugin, want in [(DoublePrecision(), torch.float64), (HalfPrecision("bf16-true"), torch.bfloat16),
+                         (HalfPrecision("16-true"), torch.float16), (Precision(), None),
+                         (MixedPrecision("bf16-mixed", "cpu"), None)]:  # fmt: skip
+        assert precision_input_dtype(plugin) == want
+        assert plugin.convert_input(x).dtype == (want or torch.float32)  # what Lightning does with a tensor input

@@ -143,3 +143,17 @@ def test_ddp_communication_hooks_run_on_gloo(tmp_path) -> None:
 def test_a_communication_hook_must_be_callable() -> None:
     with pytest.raises(TypeError, match="ddp_comm_hook must be a DDP communication hook"):
         HaloQuantStrategy(ddp_comm_hook="powersgd")  # type: ignore[arg-type]
+
+
+def test_a_true_precision_needs_features_of_its_dtype(tmp_path) -> None:
+    """Lightning converts a step's input collections, not a PyG graph: float32 features under precision="64-true"
+    are refused at the first step, naming the fix; the graph converted before the data module trains in float64."""
+    data = awkward_graph(1, dtype=torch.float32)
+    model = _Module(GCNConv(data.num_features, 3))
+    with pytest.raises(TypeError, match=r"precision='64-true'\) runs the model in torch.float64, .* `x` are torch.float32"):
+        _trainer(strategy=HaloQuantStrategy(bits=32), precision="64-true").fit(
+            model, datamodule=HaloDataModule(data, cache_dir=str(tmp_path / "cache")))  # fmt: skip
+    data.x = data.x.double()
+    trainer = _trainer(strategy=HaloQuantStrategy(bits=32), precision="64-true")
+    trainer.fit(model, datamodule=HaloDataModule(data, cache_dir=str(tmp_path / "cache")))
+    assert model.conv.lin.weight.dtype == torch.float64 and trainer.state.finished

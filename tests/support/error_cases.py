@@ -275,6 +275,8 @@ def _other_cases() -> list[tuple[str, Callable[[], object], str]]:
         ("training resumed with another HaloSchedule than the checkpoint's", _resume_with_another_schedule,
          "cannot resume: the checkpoint was written with HaloSchedule(mode='pipelined', sync_every=5)"),  # fmt: skip
         ("assigning batch.n_id (derived from global_id)", _assign_n_id, "is derived from global_id and n_inner"),
+        ("Trainer(precision='64-true') with float32 features", _double_precision_on_float32,
+         "runs the model in torch.float64, but the partition's features `x` are torch.float32"),  # fmt: skip
     ]
 
 
@@ -293,6 +295,18 @@ def _assign_n_id() -> object:
     (part,) = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 1), 1)
     part.n_id = torch.arange(6)
     return part
+
+
+def _double_precision_on_float32() -> object:
+    """What the strategy meets at the first step of Trainer(precision="64-true") on a float32 graph."""
+    from lightning.pytorch.plugins.precision import DoublePrecision
+
+    from lightning_halo.partition import build_halo_partitions, partition_graph
+    from lightning_halo.strategy import check_input_dtype
+
+    data = good_graph()
+    (part,) = build_halo_partitions(data, partition_graph(data.edge_index, data.num_nodes, 1), 1)
+    return check_input_dtype(part, DoublePrecision())
 
 
 #: Runtime cases checked by multi-process tests (tests/strategy/test_errors.py, test_rank_loss.py).
